@@ -1,0 +1,61 @@
+import os
+
+from conan import ConanFile
+from conan.tools.cmake import CMake, CMakeDeps, CMakeToolchain, cmake_layout
+from conan.tools.files import copy
+
+required_conan_version = ">=2.0"
+
+# torch version of each flavour: the CPU wheel and the CUDA 13 wheel this project is built and tested with.
+TORCH_VERSIONS = {"cpu": "2.13.0", "cuda": "2.14.1"}
+
+
+class Pt2rtConan(ConanFile):
+    name = "pt2rt"
+    version = "0.1.0"
+    license = "BSD-3-Clause"
+    description = ("Ship PyTorch models with custom C++/CUDA operators to pure C++ programs: the my_ops "
+                   "library (libidentity_conv_ops.so) and the pt2rt runtime")
+    package_type = "application"
+    settings = "os", "arch", "compiler", "build_type"
+    options = {"flavour": ["cpu", "cuda"], "with_tests": [True, False]}
+    default_options = {"flavour": "cpu", "with_tests": True}
+    exports_sources = ("CMakeLists.txt", "ops/*", "runtime/*", "tests/cpp/*", "benchmarks/*", "cmake/*")
+
+    def requirements(self):
+        flavour = str(self.options.flavour)
+        self.requires(f"libtorch/{TORCH_VERSIONS[flavour]}", options={"cuda": flavour == "cuda"})
+        self.requires("cli11/2.1.2")
+        self.requires("nlohmann_json/3.11.2")
+        if self.options.with_tests:
+            self.test_requires("gtest/1.12.1")
+            self.test_requires("benchmark/1.7.1")
+
+    @property
+    def flavour(self):
+        return str(self.options.flavour)
+
+    def layout(self):
+        # build/<flavour>-<build type>, presets conan-<flavour>-<build type>
+        self.folders.build_folder_vars = ["self.flavour", "settings.build_type"]
+        cmake_layout(self)
+
+    def generate(self):
+        tc = CMakeToolchain(self)
+        tc.cache_variables["OPS_CUDA"] = "ON" if self.options.flavour == "cuda" else "OFF"
+        tc.cache_variables["PT2RT_BUILD_TESTS"] = bool(self.options.with_tests)
+        tc.generate()
+        CMakeDeps(self).generate()
+
+    def build(self):
+        cmake = CMake(self)
+        cmake.configure()
+        cmake.build()
+
+    def package(self):
+        CMake(self).install()
+        copy(self, "LICENSE", self.source_folder, os.path.join(self.package_folder, "licenses"))
+
+    def package_info(self):
+        self.cpp_info.libdirs = ["lib"]
+        self.cpp_info.bindirs = ["bin"]
