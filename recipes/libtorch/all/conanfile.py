@@ -1,5 +1,7 @@
+import fnmatch
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -14,9 +16,34 @@ _EXCLUDED_LIBS = ["libtorch_python.so", "libshm.so", "libshm*", "libjitbackend_t
                   "libbackend_with_compiler.so", "libtorchbind_test.so", "libaoti_custom_ops.so"]
 
 
+def _mirror(src, dst, excludes=()):
+    """Copy a tree, hard-linking files where the file system allows: a wheel's libraries are GBs."""
+    for root, dirs, files in os.walk(src):
+        dirs[:] = [d for d in dirs if not any(fnmatch.fnmatch(d, pattern) for pattern in excludes)]
+        rel = os.path.relpath(root, src)
+        for name in files:
+            if any(fnmatch.fnmatch(name, pattern) for pattern in excludes):
+                continue
+            target_dir = os.path.join(dst, rel)
+            os.makedirs(target_dir, exist_ok=True)
+            source, target = os.path.join(root, name), os.path.join(target_dir, name)
+            if os.path.lexists(target):
+                os.remove(target)
+            if os.path.islink(source):
+                os.symlink(os.readlink(source), target)
+                continue
+            try:
+                os.link(source, target)
+            except OSError:
+                shutil.copy2(source, target)
+
+
 class LibtorchConan(ConanFile):
     """libtorch taken from an installed torch wheel (its include/, lib/ without the Python parts, and
     share/cmake/). Consumers use torch's own `find_package(Torch)`.
+
+    The package keeps the wheel's layout (torch/..., and for CUDA nvidia/<component>/lib next to it),
+    because torch's CUDA libraries find the NVIDIA libraries through RPATH $ORIGIN/../../nvidia/...
 
     The wheel is found through the environment variable LIBTORCH_WHEEL_DIR (the `torch` package folder),
     else by importing torch with the Python that runs Conan. Its version must be this recipe's version,
@@ -64,16 +91,24 @@ class LibtorchConan(ConanFile):
 
     def package(self):
         src = self._wheel()["dir"]
-        copy(self, "*", os.path.join(src, "include"), os.path.join(self.package_folder, "include"))
-        copy(self, "*", os.path.join(src, "lib"), os.path.join(self.package_folder, "lib"), excludes=_EXCLUDED_LIBS)
-        copy(self, "*", os.path.join(src, "share", "cmake"), os.path.join(self.package_folder, "share", "cmake"))
+        dst = os.path.join(self.package_folder, "torch")
+        _mirror(os.path.join(src, "include"), os.path.join(dst, "include"))
+        _mirror(os.path.join(src, "lib"), os.path.join(dst, "lib"), excludes=_EXCLUDED_LIBS)
+        _mirror(os.path.join(src, "share", "cmake"), os.path.join(dst, "share", "cmake"))
+        if self.options.cuda:
+            nvidia = os.path.join(os.path.dirname(src), "nvidia")
+            for component in sorted(os.listdir(nvidia)) if os.path.isdir(nvidia) else []:
+                libdir = os.path.join(nvidia, component, "lib")
+                if os.path.isdir(libdir):
+                    _mirror(libdir, os.path.join(self.package_folder, "nvidia", component, "lib"))
         copy(self, "LICENSE", os.path.dirname(src), os.path.join(self.package_folder, "licenses"), keep_path=False)
 
     def package_info(self):
         # torch's own TorchConfig.cmake, found through CMAKE_PREFIX_PATH; CMakeDeps generates nothing.
         self.cpp_info.set_property("cmake_find_mode", "none")
         self.cpp_info.set_property("cmake_file_name", "Torch")
-        self.cpp_info.builddirs = ["share/cmake/Torch"]
-        self.cpp_info.includedirs = ["include", "include/torch/csrc/api/include"]
+        self.cpp_info.builddirs = ["torch/share/cmake/Torch"]
+        self.cpp_info.includedirs = ["torch/include", "torch/include/torch/csrc/api/include"]
+        self.cpp_info.libdirs = ["torch/lib"]
         self.cpp_info.libs = ["torch", "torch_cpu", "c10"] + (["torch_cuda", "c10_cuda"] if self.options.cuda else [])
-        self.runenv_info.prepend_path("LD_LIBRARY_PATH", os.path.join(self.package_folder, "lib"))
+        self.runenv_info.prepend_path("LD_LIBRARY_PATH", os.path.join(self.package_folder, "torch", "lib"))

@@ -1,0 +1,16 @@
+# Thin wrapper: the work is in scripts/. FLAVOUR=cpu (default) or cuda; BUILD_TYPE=Release (default) or Debug.
+FLAVOUR ?= cpu
+BUILD_TYPE ?= Release
+export FLAVOUR BUILD_TYPE
+
+.PHONY: demo test build bootstrap clean
+demo:
+	@scripts/demo.sh
+test:
+	@scripts/test.sh
+build:
+	@scripts/build.sh
+bootstrap:
+	@scripts/bootstrap.sh
+clean:
+	rm -rf build

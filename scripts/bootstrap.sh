@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Installs everything the project needs, idempotently: Debian packages, the flavour's venv, Conan packages.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+# Debian packages -------------------------------------------------------------------------------
+APT_PACKAGES=(build-essential cmake ninja-build binutils git googletest libgtest-dev libgmock-dev
+              libcli11-dev nlohmann-json3-dev libbenchmark-dev python3-venv)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "error: missing Debian packages: ${missing[*]}" >&2
+    echo "install them with: sudo apt-get update && sudo apt-get install -y ${missing[*]}" >&2
+    exit 1
+  fi
+  log "apt-get install ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+if [ "$FLAVOUR" = cuda ] && [ ! -x "$CUDA_ROOT/bin/nvcc" ]; then
+  echo "error: the cuda flavour needs nvcc at $CUDA_ROOT/bin/nvcc (set CUDA_ROOT to the CUDA 13 toolkit)" >&2
+  exit 1
+fi
+
+# Python venv ----------------------------------------------------------------------------------
+requirements=$ROOT/requirements/$FLAVOUR.txt
+stamp=$VENV/.pt2rt-requirements
+if [ ! -x "$PYTHON" ]; then
+  log "creating $VENV"
+  python3 -m venv "$VENV"
+fi
+if ! cmp -s "$requirements" "$stamp"; then
+  log "pip install -r requirements/$FLAVOUR.txt"
+  "$PYTHON" -m pip install -q --disable-pip-version-check -r "$requirements"
+  "$PYTHON" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e "$ROOT"
+  cp "$requirements" "$stamp"
+fi
+
+# Conan ----------------------------------------------------------------------------------------
+conan=$VENV/bin/conan
+[ -f "$CONAN_HOME/profiles/default" ] || "$conan" profile detect --exist-ok >/dev/null
+# Only the repo's own recipes: ConanCenter is not reachable from every machine.
+if "$conan" remote list 2>/dev/null | grep -q '^conancenter:.*Enabled: True'; then
+  "$conan" remote disable conancenter >/dev/null
+fi
+"$conan" remote add "$CONAN_REMOTE" "$ROOT" --type=local-recipes-index --index 0 --force >/dev/null
+conan_stamp=$BUILD_DIR/.pt2rt-conan
+conan_inputs=$(cat "$ROOT/conanfile.py" $(find "$ROOT/recipes" -type f | sort) | sha256sum | cut -d' ' -f1)
+if [ ! -f "$BUILD_DIR/generators/conan_toolchain.cmake" ] || [ "$(cat "$conan_stamp" 2>/dev/null)" != "$conan_inputs" ]; then
+  log "conan install (flavour $FLAVOUR)"
+  mkdir -p "$ROOT/build"
+  "$conan" install "$ROOT" -r "$CONAN_REMOTE" --build=missing --update \
+    -o "&:flavour=$FLAVOUR" -s build_type="$BUILD_TYPE" -s compiler.cppstd=20 >"$ROOT/build/conan-$FLAVOUR.log" 2>&1 \
+    || { tail -40 "$ROOT/build/conan-$FLAVOUR.log" >&2; echo "error: conan install failed; full log: build/conan-$FLAVOUR.log" >&2; exit 1; }
+  echo "$conan_inputs" >"$conan_stamp"
+fi

@@ -1,0 +1,110 @@
+"""my_ops.IdentityConvClass from Python: values against F.conv2d, state, pickling, errors."""
+
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+Conv = torch.classes.my_ops.IdentityConvClass
+
+# Half precision: the kernel sums k*k products in float32 and rounds once; the reference rounds once too.
+TOL = {
+    torch.float32: dict(rtol=1.3e-6, atol=1e-5),
+    torch.float64: dict(rtol=1e-7, atol=1e-7),
+    torch.float16: dict(rtol=1e-3, atol=2e-3),
+    torch.bfloat16: dict(rtol=1.6e-2, atol=1.6e-2),
+}
+
+
+def reference(x, weight):
+    """Depthwise conv in float64 from the same input values, rounded to the input's dtype."""
+    k = weight.shape[-1]
+    out = F.conv2d(x.double().cpu(), weight.double().cpu(), padding=k // 2, groups=x.shape[1])
+    return out.to(x.dtype).to(x.device)
+
+
+@pytest.mark.parametrize("k", [1, 3, 5, 7])
+def test_default_weight_is_identity(k, dtype, device):
+    conv = Conv(4, k)
+    assert conv.channels() == 4 and conv.kernel_size() == k
+    x = torch.randn(2, 4, 9, 10, device=device).to(dtype)
+    torch.testing.assert_close(conv.forward(x), x, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("k", [1, 3, 5, 7])
+@pytest.mark.parametrize("hw", [(13, 17), (3, 2), (1, 1)], ids=lambda s: "x".join(map(str, s)))
+def test_forward_matches_depthwise_conv2d(k, hw, dtype, device):
+    C = 6
+    conv = Conv(C, k)
+    weight = torch.randn(C, 1, k, k)
+    conv.set_weight(weight)
+    x = torch.randn(3, C, *hw, device=device).to(dtype)
+    expected = reference(x, weight)
+    for xi in (x, x.contiguous(memory_format=torch.channels_last), x.transpose(2, 3).contiguous().transpose(2, 3)):
+        out = conv.forward(xi)
+        assert out.is_contiguous() and out.device == x.device
+        torch.testing.assert_close(out, expected, **TOL[dtype])
+
+
+def test_weight_dtype_is_kept_and_used(device):
+    conv = Conv(2, 3)
+    weight = torch.randn(2, 1, 3, 3, dtype=torch.float64)
+    conv.set_weight(weight)
+    assert conv.get_weight().dtype == torch.float64
+    x = torch.randn(1, 2, 5, 5, dtype=torch.float64, device=device)
+    torch.testing.assert_close(conv.forward(x), reference(x, weight))
+
+
+def test_get_weight_is_a_copy():
+    conv = Conv(2, 3)
+    conv.get_weight().fill_(5.0)
+    x = torch.randn(1, 2, 4, 4)
+    torch.testing.assert_close(conv.forward(x), x, rtol=0, atol=0)
+
+
+def test_set_weight_copies_the_argument():
+    conv = Conv(2, 3)
+    w = torch.randn(2, 1, 3, 3)
+    conv.set_weight(w)
+    w.zero_()
+    assert conv.get_weight().abs().sum() > 0
+
+
+def test_pickle_round_trip_keeps_weight_and_behaviour():
+    conv = Conv(3, 5)
+    weight = torch.randn(3, 1, 5, 5)
+    conv.set_weight(weight)
+    restored = torch._C._pickle_load_obj(torch._C._pickle_save(conv))
+    torch.testing.assert_close(restored.get_weight(), weight, rtol=0, atol=0)
+    assert restored.kernel_size() == 5 and restored.channels() == 3
+    x = torch.randn(2, 3, 8, 8)
+    torch.testing.assert_close(restored.forward(x), conv.forward(x), rtol=0, atol=0)
+
+
+def test_obj_flatten_exposes_the_weight():
+    conv = Conv(2, 3)
+    flat = conv.__obj_flatten__()
+    assert [name for name, _ in flat] == ["weight"]
+    assert flat[0][1].shape == (2, 1, 3, 3)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: Conv(3, 4), "expected an odd kernel_size in 1..7, got 4"),
+    (lambda: Conv(3, 9), "expected an odd kernel_size in 1..7, got 9"),
+    (lambda: Conv(3, 0), "got 0"),
+    (lambda: Conv(0, 3), "expected channels >= 1, got 0"),
+    (lambda: Conv(3).forward(torch.randn(1, 4, 5, 5)), "expected an input with 3 channels (dim 1), got shape [1, 4, 5, 5]"),
+    (lambda: Conv(3).forward(torch.randn(3, 5, 5)), "expected a 4-D NCHW tensor, got a 3-D tensor"),
+    (lambda: Conv(3).forward(torch.ones(1, 3, 5, 5, dtype=torch.int32)), "got Int"),
+    (lambda: Conv(3).set_weight(torch.randn(3, 1, 5, 5)), "expected a weight of shape [3, 1, 3, 3], got [3, 1, 5, 5]"),
+    (lambda: Conv(3).set_weight(torch.randn(3, 3, 3)), "expected a weight of shape [3, 1, 3, 3], got [3, 3, 3]"),
+    (lambda: Conv(3).set_weight(torch.ones(3, 1, 3, 3, dtype=torch.int64)), "got Long"),
+])
+def test_bad_arguments_raise_clear_errors(make, message):
+    with pytest.raises(RuntimeError, match=re.escape(message)):
+        make()
+
+
+def test_default_kernel_size_is_three():
+    assert Conv(2).kernel_size() == 3
