@@ -17,6 +17,8 @@ build_type_lc=$(echo "$BUILD_TYPE" | tr '[:upper:]' '[:lower:]')
 BUILD_DIR=$ROOT/build/$FLAVOUR-$build_type_lc
 PRESET=conan-$FLAVOUR-$build_type_lc
 PYTHON=$VENV/bin/python
+# The venv's tools (cmake, conan) first.
+export PATH=$VENV/bin:$PATH
 # Conan's cache lives in the checkout, so setting up never touches the user's own Conan configuration.
 export CONAN_HOME=$ROOT/.conan2
 CONAN_REMOTE=pt2rt-local

@@ -108,3 +108,16 @@ def test_bad_arguments_raise_clear_errors(make, message):
 
 def test_default_kernel_size_is_three():
     assert Conv(2).kernel_size() == 3
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("k", [1, 3, 5, 7])
+def test_cuda_kernel_matches_cpu_kernel(k, dtype):
+    C = 16
+    conv = Conv(C, k)
+    conv.set_weight(torch.randn(C, 1, k, k))
+    x = torch.randn(4, C, 33, 47).to(dtype)
+    torch.testing.assert_close(conv.forward(x.cuda()).cpu(), conv.forward(x), **TOL[dtype])
+    y = torch.ops.my_ops.identity_conv_op(x.cuda().contiguous(memory_format=torch.channels_last))
+    torch.testing.assert_close(y.cpu(), x, rtol=0, atol=0)
