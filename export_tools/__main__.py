@@ -1,22 +1,207 @@
-"""`python -m export_tools`: for now, show that the ops library loads and works."""
+"""export-tools: export PyTorch models that use custom C++/CUDA ops into self-describing model.pt2 packages.
+
+Exit codes: 0 ok, 1 the package failed its golden check (verify), 2 bad input (named in one line).
+"""
+
+from __future__ import annotations
 
 import argparse
+import importlib
+import json
+import logging
 import sys
+import traceback
+from pathlib import Path
+
+EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse's own errors: one line, exit 2
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
+
+
+def _dynamic_batch(text: str) -> tuple[int, int]:
+    try:
+        lo, hi = (int(v) for v in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected MIN:MAX (e.g. 1:32), got {text!r}") from None
+    return lo, hi
+
+
+def _load_factory(spec: str):
+    """MODULE:FACTORY -> FACTORY() -> (model, example_inputs)."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise UsageError(f"expected --model MODULE:FACTORY, got {spec!r}")
+    if "" not in sys.path:
+        sys.path.insert(0, "")  # modules in the current directory, as `python -m` allows
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise UsageError(f"cannot import module {module_name!r}: {e}") from e
+    factory = getattr(module, attr, None)
+    if factory is None:
+        raise UsageError(f"module {module_name!r} has no attribute {attr!r}")
+    if not callable(factory):
+        raise UsageError(f"{spec} is not callable; expected a factory returning (model, example_inputs)")
+    result = factory()
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise UsageError(f"{spec}() must return (model, example_inputs), got {type(result).__name__}")
+    import torch
+    model, inputs = result
+    if not isinstance(model, torch.nn.Module):
+        raise UsageError(f"{spec}() returned a {type(model).__name__} as the model; expected a torch.nn.Module")
+    if isinstance(inputs, torch.Tensor):
+        inputs = (inputs,)
+    if not isinstance(inputs, (tuple, list)) or not inputs or not all(isinstance(t, torch.Tensor) for t in inputs):
+        raise UsageError(f"{spec}() returned example inputs of type {type(inputs).__name__}; expected a tuple of tensors")
+    return model, tuple(inputs)
+
+
+def _cmd_export(args) -> int:
+    from .export import export_package
+    model, inputs = _load_factory(args.model)
+    metadata = dict(kv.split("=", 1) for kv in args.metadata) if args.metadata else None
+    export_package(model, inputs, args.out, dynamic_batch=args.dynamic_batch, golden=args.golden,
+                   cpu_isa=args.cpu_isa, device=args.device, metadata=metadata)
+    print(args.out)
+    return EXIT_OK
+
+
+def _cmd_graph(args) -> int:
+    from .export import _export
+    model, inputs = _load_factory(args.model)
+    ep = _export(model.eval(), list(inputs), args.dynamic_batch)
+    print(ep.graph_module.print_readable(print_output=False) if args.readable else ep.graph)
+    return EXIT_OK
+
+
+def _format_spec(spec: dict) -> str:
+    def shape(entry):
+        dims = [str(s) for s in entry["shape"]]
+        for d in entry["dynamic_dims"]:
+            rng = f"{d.get('min')}..{d.get('max')}"
+            dims[d["dim"]] = f"{d['name']}[{rng}]"
+        return f"{entry['dtype']}[{', '.join(dims)}]"
+
+    lines = [f"package      {spec['model']}  ({spec['format']}, {spec['created_by']})",
+             f"device       {spec['device']}" + (f"  (CUDA {spec['cuda']['version']}, sm {spec['cuda']['compute_capability']})"
+                                                 if spec.get("cuda") else ""),
+             f"cpu isa      {spec['cpu_isa']}",
+             f"torch        {spec['torch_version']}"]
+    lines += [f"input        {e['name']}: {shape(e)}" for e in spec["inputs"]]
+    lines += [f"output       {e['name']}: {shape(e)}" for e in spec["outputs"]]
+    lines += [f"custom op    {e['name']}  <- {e['library']}" for e in spec["custom_ops"]]
+    lines += [f"custom class {e['name']} ({', '.join(e['methods'])})  <- {e['library']}" for e in spec["custom_classes"]]
+    lib = spec.get("model_library") or {}
+    lines.append(f"model lib    {lib.get('record')}  sha256 {lib.get('sha256')}")
+    g = spec.get("golden") or {}
+    tol = ", ".join(f"{k} rtol={v['rtol']:g} atol={v['atol']:g}" for k, v in g.get("tolerances", {}).items())
+    lines.append(f"golden       {g.get('count')} cases in {g.get('record')}  ({tol})")
+    for k, v in spec.get("metadata", {}).items():
+        lines.append(f"metadata     {k} = {v}")
+    return "\n".join(lines)
+
+
+def _cmd_inspect(args) -> int:
+    from .export import read_spec
+    spec = read_spec(args.package)
+    print(json.dumps(spec, indent=2) if args.json else _format_spec(spec))
+    return EXIT_OK
+
+
+def _cmd_verify(args) -> int:
+    from .export import verify_package
+    report = verify_package(args.package)
+    for r in report:
+        status = "ok  " if r["passed"] else "FAIL"
+        print(f"{status} {r['name']:<24} max abs {r['max_abs_error']:.3g}  max rel {r['max_rel_error']:.3g}"
+              + (f"  {r['reason']}" if r["reason"] else ""))
+    return EXIT_OK if all(r["passed"] for r in report) else EXIT_MISMATCH
+
+
+def _cmd_demo_ops(args) -> int:
+    from . import demo
+    return demo.demo_ops()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="export-tools", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-q", "--quiet", action="store_true", help="print only results and errors")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging, and tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("export", help="export a model to a .pt2 package",
+                       description="Export MODULE:FACTORY (FACTORY() returns (model, example_inputs)) to a .pt2 "
+                                   "package with a spec and golden cases inside; verified before it is written.")
+    p.add_argument("--model", required=True, metavar="MODULE:FACTORY")
+    p.add_argument("--out", required=True, type=Path, metavar="PATH", help="the package to write (.pt2)")
+    p.add_argument("--dynamic-batch", type=_dynamic_batch, metavar="MIN:MAX", help="dim 0 of every input is dynamic")
+    p.add_argument("--golden", type=int, default=4, metavar="N", help="golden cases to store (default 4)")
+    p.add_argument("--cpu-isa", choices=["native", "avx2", "avx512", "default"], default=None,
+                   help="vector ISA of the CPU code (default: this machine's best)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--metadata", action="append", metavar="KEY=VALUE", help="extra metadata for the spec (repeatable)")
+    p.set_defaults(func=_cmd_export)
+
+    p = sub.add_parser("graph", help="print the exported graph of a model",
+                       description="Export MODULE:FACTORY with torch.export and print its graph.")
+    p.add_argument("--model", required=True, metavar="MODULE:FACTORY")
+    p.add_argument("--dynamic-batch", type=_dynamic_batch, metavar="MIN:MAX")
+    p.add_argument("--readable", action="store_true", help="Python code instead of the FX graph")
+    p.set_defaults(func=_cmd_graph)
+
+    p = sub.add_parser("inspect", help="print the spec of a package", description="Print the spec of a .pt2 package.")
+    p.add_argument("package", type=Path)
+    p.add_argument("--json", action="store_true", help="the spec as JSON")
+    p.set_defaults(func=_cmd_inspect)
+
+    p = sub.add_parser("verify", help="run a package's golden cases in Python",
+                       description="Load a package with torch._inductor.aoti_load_package and check its golden cases. "
+                                   "Exit 1 when a case does not match.")
+    p.add_argument("package", type=Path)
+    p.set_defaults(func=_cmd_verify)
+
+    p = sub.add_parser("demo-ops", help="run the op and the class on a small input")
+    p.set_defaults(func=_cmd_demo_ops)
+    return parser
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="export-tools", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("demo-ops", help="run the op and the class on a small input and print what they give")
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO,
+                        format="export-tools: %(message)s", stream=sys.stderr)
+    if not args.verbose:
+        for noisy in ("torch", "torch._inductor", "torch._dynamo", "torch.export"):
+            logging.getLogger(noisy).setLevel(logging.ERROR)
+        import warnings
+        warnings.filterwarnings("ignore")
     try:
-        from . import demo
-    except RuntimeError as e:  # the library is missing or does not load
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    if args.command == "demo-ops":
-        return demo.demo_ops()
-    return 2
+        from . import ops
+        ops.load_library()
+        from .export import ExportError
+        try:
+            return args.func(args)
+        except (ExportError, UsageError) as e:
+            return _fail(args, e)
+    except UsageError as e:
+        return _fail(args, e)
+    except ops.OpsLibraryError as e:
+        return _fail(args, e)
+
+
+def _fail(args, err: BaseException) -> int:
+    if args.verbose:
+        traceback.print_exception(err)
+    print(f"export-tools: error: {str(err).splitlines()[0]}", file=sys.stderr)
+    return EXIT_USAGE
 
 
 if __name__ == "__main__":

@@ -1,0 +1,414 @@
+"""torch.export -> aoti_compile_and_package, with a spec and golden cases inside the package.
+
+export_package() is all-or-nothing: it writes into a temporary directory next to the target and renames the
+finished, verified package into place; on any error nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import torch
+
+from . import ops
+from . import golden as _golden
+
+log = logging.getLogger("export_tools")
+
+SPEC_FORMAT = "pt2rt-spec/1"
+SPEC_KEY = "pt2rt_spec"                  # key of the spec in the AOTI metadata
+GOLDEN_RECORD = "pt2rt/golden.pt"        # golden cases, relative to the archive root
+CPU_ISAS = ("native", "avx2", "avx512", "default")
+DEVICES = ("cpu", "cuda")
+_BUILTIN_NAMESPACES = {"aten", "prims", "prim", "higher_order", "_c10d_functional", "c10d_functional", "quantized",
+                       "_quantized", "mkldnn", "onednn", "_inductor_test", "inductor", "profiler"}
+
+
+class ExportError(Exception):
+    """A problem with what the caller asked for, said in one line; nothing was written."""
+
+
+@contextlib.contextmanager
+def _stage(name: str) -> Iterator[None]:
+    start = time.perf_counter()
+    log.info("%s ...", name)
+    yield
+    log.info("%s done in %.1f s", name, time.perf_counter() - start)
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def export_package(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor], package_path: str | os.PathLike,
+                   *, dynamic_batch: tuple[int, int] | None = None, golden: int = 4, cpu_isa: str | None = None,
+                   device: str = "cpu", metadata: dict[str, str] | None = None,
+                   ops_libraries: dict[str, str] | None = None,
+                   tolerances: dict[str, tuple[float, float]] | None = None) -> Path:
+    """Export `model` to a self-describing, self-verifying AOTInductor package at `package_path` (.pt2).
+
+    dynamic_batch: (min, max) for a dynamic dim 0 shared by every input; None for static shapes.
+    golden: number of golden cases (the example plus golden-1 random inputs), >= 1.
+    cpu_isa: "native" (None: this machine's best), "avx2", "avx512" or "default" (no SIMD) for CPU code.
+    device: "cpu" or "cuda". metadata: extra str -> str pairs stored in the spec.
+    ops_libraries: namespace -> library file name, for custom-op namespaces other than my_ops.
+    tolerances: dtype name -> (rtol, atol) overriding torch.testing's defaults for the golden check.
+    """
+    path = Path(package_path)
+    inputs = _check_arguments(model, example_inputs, path, dynamic_batch, golden, cpu_isa, device, metadata)
+    model = model.eval().to(device)
+    inputs = [t.to(device) for t in inputs]
+
+    with _stage("eager"):
+        def run(args: list[torch.Tensor]) -> list[torch.Tensor]:
+            with torch.no_grad():
+                return _flatten_outputs(model(*args))
+        try:
+            expected = run(inputs)
+        except Exception as e:
+            raise ExportError(f"the model fails on its example inputs: {_first_line(e)}") from e
+
+    with _stage("export"):
+        ep = _export(model, inputs, dynamic_batch)
+        used = _custom_calls(ep)
+        spec = _spec(ep, path, device, dynamic_batch, used, ops_libraries, metadata, len(expected))
+
+    with _stage("golden cases"):
+        cases = _golden.make_cases(run, inputs, golden, dynamic_batch)
+        spec["golden"] = {"location": "package", "record": GOLDEN_RECORD, "count": len(cases),
+                          "names": [c.name for c in cases], "tolerances": _tolerance_table(cases, tolerances)}
+
+    out_dir = path.parent.resolve()
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.stem}.", dir=out_dir))
+    try:
+        compiled = tmp / "compiled" / path.name
+        final = tmp / "final" / path.name   # same file name: the archive's root folder is named after it
+        compiled.parent.mkdir()
+        final.parent.mkdir()
+        with _stage("compile"):
+            spec["cpu_isa"] = _compile(ep, compiled, spec, cpu_isa)
+        with _stage("package"):
+            _finish_package(compiled, final, spec, _golden.dumps(cases))
+        with _stage("verify"):
+            report = verify_package(final, tolerances)
+            failed = [r for r in report if not r["passed"]]
+            if failed:
+                f = failed[0]
+                raise ExportError(f"the compiled package does not reproduce the eager model: case {f['name']}: "
+                                  f"{f['reason']} ({len(failed)} of {len(report)} cases failed)")
+        os.replace(final, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    log.info("wrote %s (%d golden cases verified)", path, len(cases))
+    return path
+
+
+def _check_arguments(model, example_inputs, path: Path, dynamic_batch, golden_count, cpu_isa, device, metadata):
+    if not isinstance(model, torch.nn.Module):
+        raise ExportError(f"expected the model to be a torch.nn.Module, got {type(model).__name__}")
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    if not isinstance(example_inputs, (tuple, list)) or not example_inputs:
+        raise ExportError(f"expected example inputs as a non-empty tuple of tensors, got {type(example_inputs).__name__}")
+    for i, t in enumerate(example_inputs):
+        if not isinstance(t, torch.Tensor):
+            raise ExportError(f"expected example input {i} to be a tensor, got {type(t).__name__}")
+    if path.suffix != ".pt2":
+        raise ExportError(f"expected a package path ending in .pt2, got {str(path)!r}")
+    out_dir = path.parent if str(path.parent) else Path(".")
+    if not out_dir.is_dir():
+        raise ExportError(f"output directory {out_dir} does not exist")
+    if not os.access(out_dir, os.W_OK | os.X_OK):
+        raise ExportError(f"output directory {out_dir} is not writable")
+    if path.is_dir():
+        raise ExportError(f"{path} is a directory; expected a package file path")
+    if device not in DEVICES:
+        raise ExportError(f"expected device cpu or cuda, got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ExportError("device cuda was asked for, but torch sees no CUDA device on this machine "
+                          f"(torch {torch.__version__}); compile CUDA packages on a machine with a GPU")
+    if cpu_isa is not None and cpu_isa not in CPU_ISAS:
+        raise ExportError(f"expected cpu_isa native, avx2, avx512 or default, got {cpu_isa!r}")
+    if not isinstance(golden_count, int) or golden_count < 1:
+        raise ExportError(f"expected golden >= 1, got {golden_count!r}")
+    if metadata is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+        raise ExportError("expected metadata as a dict of str to str")
+    if dynamic_batch is not None:
+        if (not isinstance(dynamic_batch, (tuple, list)) or len(dynamic_batch) != 2
+                or not all(isinstance(v, int) for v in dynamic_batch)):
+            raise ExportError(f"expected dynamic_batch as (min, max), got {dynamic_batch!r}")
+        lo, hi = dynamic_batch
+        if not 1 <= lo <= hi:
+            raise ExportError(f"expected a dynamic batch range with 1 <= min <= max, got {lo}:{hi}")
+        for i, t in enumerate(example_inputs):
+            if t.dim() == 0:
+                raise ExportError(f"a dynamic batch needs a batch dim, but example input {i} is a scalar")
+            if not lo <= t.shape[0] <= hi:
+                raise ExportError(f"example input {i} has batch {t.shape[0]}, outside the dynamic batch range {lo}:{hi}")
+    return list(example_inputs)
+
+
+def _flatten_outputs(out: Any) -> list[torch.Tensor]:
+    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    for i, t in enumerate(outs):
+        if not isinstance(t, torch.Tensor):
+            raise ExportError(f"expected the model to return a tensor or a tuple of tensors; output {i} is "
+                              f"{type(t).__name__}")
+    return outs
+
+
+def _export(model, inputs, dynamic_batch) -> torch.export.ExportedProgram:
+    dynamic_shapes = None
+    if dynamic_batch is not None:
+        batch = torch.export.Dim("batch", min=dynamic_batch[0], max=dynamic_batch[1])
+        dynamic_shapes = tuple({0: batch} for _ in inputs)
+    try:
+        return torch.export.export(model, tuple(inputs), dynamic_shapes=dynamic_shapes, strict=False)
+    except Exception as e:
+        what = (f"with a dynamic batch {dynamic_batch[0]}:{dynamic_batch[1]}" if dynamic_batch else "")
+        raise ExportError(f"torch.export failed {what}: {_first_line(e)}".replace("  ", " ")) from e
+
+
+def _custom_calls(ep: torch.export.ExportedProgram) -> dict[str, Any]:
+    """The custom ops and classes the graph calls; checks that each torchbind object is used via call_torchbind."""
+    ops_used: set[str] = set()
+    classes: dict[str, set[str]] = {}
+    called_objects: set[str] = set()
+    call_torchbind = torch.ops.higher_order.call_torchbind
+    # torchbind objects are graph inputs (placeholders) that the signature maps to constants
+    obj_targets = {spec.arg.name: spec.target for spec in ep.graph_signature.input_specs
+                   if spec.kind == torch.export.graph_signature.InputKind.CUSTOM_OBJ}
+    for node in ep.graph.nodes:
+        if node.op != "call_function":
+            continue
+        target = node.target
+        if target is call_torchbind:
+            obj_node, method = node.args[0], node.args[1]
+            target_name = obj_targets.get(obj_node.name, obj_node.target)
+            called_objects.add(target_name)
+            obj = ep.constants.get(target_name)
+            qualified = _class_name(obj if obj is not None else obj_node.meta.get("val"))
+            classes.setdefault(qualified, set()).add(str(method))
+        elif isinstance(target, torch._ops.OpOverload) and target.namespace not in _BUILTIN_NAMESPACES:
+            ops_used.add(target._schema.name)
+    for name, value in ep.constants.items():
+        if isinstance(value, torch.ScriptObject) and name not in called_objects:
+            raise ExportError(f"the model holds a {_class_name(value)} object ({name}) that the exported graph "
+                              f"does not call through call_torchbind")
+    return {"ops": sorted(ops_used), "classes": {k: sorted(v) for k, v in sorted(classes.items())}}
+
+
+def _class_name(obj: Any) -> str:
+    # "__torch__.torch.classes.my_ops.IdentityConvClass" -> "my_ops::IdentityConvClass"
+    try:
+        qualified = obj._type().qualified_name()
+    except Exception:
+        qualified = getattr(getattr(obj, "script_class_name", None), "__str__", lambda: str(obj))()
+    parts = str(qualified).split(".")
+    return f"{parts[-2]}::{parts[-1]}" if len(parts) >= 2 else str(qualified)
+
+
+def _library_for(namespace: str, ops_libraries: dict[str, str] | None) -> str:
+    if ops_libraries and namespace in ops_libraries:
+        return Path(ops_libraries[namespace]).name
+    if namespace == ops.NAMESPACE:
+        return ops.library_path().name
+    raise ExportError(f"the graph uses custom namespace {namespace!r}, but which library provides it is not known; "
+                      f"pass ops_libraries={{{namespace!r}: 'libyour_ops.so'}}")
+
+
+def _dims(t: torch.Tensor, ep: torch.export.ExportedProgram, batch_name: str | None) -> tuple[list[int], list[dict]]:
+    shape, dynamic = [], []
+    for d, size in enumerate(t.shape):
+        if isinstance(size, int):
+            shape.append(size)
+            continue
+        expr = size.node.expr
+        rng = ep.range_constraints.get(expr)
+        entry: dict[str, Any] = {"dim": d, "name": batch_name if batch_name and d == 0 else str(expr)}
+        if rng is not None:
+            entry["min"] = int(rng.lower)
+            entry["max"] = int(rng.upper) if rng.upper.is_finite else None
+        if not expr.is_Symbol:
+            entry["expr"] = str(expr)
+        shape.append(-1)
+        dynamic.append(entry)
+    return shape, dynamic
+
+
+def _spec(ep, path: Path, device, dynamic_batch, used, ops_libraries, metadata, n_outputs) -> dict[str, Any]:
+    batch_name = "batch" if dynamic_batch else None
+    sig = ep.graph_signature
+    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    inputs = []
+    for name in sig.user_inputs:
+        val = placeholders[name].meta["val"]
+        shape, dynamic = _dims(val, ep, batch_name)
+        inputs.append({"name": name, "dtype": _golden.dtype_name(val.dtype), "shape": shape, "dynamic_dims": dynamic})
+    output_node = next(n for n in ep.graph.nodes if n.op == "output")
+    outputs = []
+    for i, node in enumerate(output_node.args[0][:n_outputs]):
+        val = node.meta["val"]
+        shape, dynamic = _dims(val, ep, batch_name)
+        outputs.append({"name": f"output_{i}", "dtype": _golden.dtype_name(val.dtype), "shape": shape,
+                        "dynamic_dims": dynamic})
+    custom_ops = [{"name": op, "namespace": op.split("::")[0], "library": _library_for(op.split("::")[0], ops_libraries)}
+                  for op in used["ops"]]
+    custom_classes = [{"name": cls, "namespace": cls.split("::")[0], "methods": methods,
+                       "library": _library_for(cls.split("::")[0], ops_libraries)}
+                      for cls, methods in used["classes"].items()]
+    return {
+        "format": SPEC_FORMAT,
+        "model": path.stem,
+        "device": device,
+        "inputs": inputs,
+        "outputs": outputs,
+        "custom_ops": custom_ops,
+        "custom_classes": custom_classes,
+        "libraries": sorted({e["library"] for e in custom_ops + custom_classes}),
+        "torch_version": torch.__version__,
+        "cpu_isa": None,
+        "cuda": ({"version": torch.version.cuda,
+                  "compute_capability": "%d.%d" % torch.cuda.get_device_capability()} if device == "cuda" else None),
+        "model_library": None,
+        "golden": None,
+        "metadata": dict(metadata or {}),
+        "created_by": f"export_tools {_version()}",
+    }
+
+
+def _tolerance_table(cases, overrides) -> dict[str, dict[str, float]]:
+    dtypes = {t.dtype for c in cases for t in c.outputs}
+    table = {}
+    for dt in sorted(dtypes, key=str):
+        rtol, atol = (overrides or {}).get(_golden.dtype_name(dt), _golden.tolerance_for(dt))
+        table[_golden.dtype_name(dt)] = {"rtol": rtol, "atol": atol}
+    return table
+
+
+@contextlib.contextmanager
+def _cpu_capability(cpu_isa: str | None) -> Iterator[None]:
+    """ATEN_CPU_CAPABILITY for inductor's choice of vector ISA, during the compile only."""
+    old = os.environ.get("ATEN_CPU_CAPABILITY")
+    if cpu_isa in (None, "native"):
+        os.environ.pop("ATEN_CPU_CAPABILITY", None)
+    else:
+        os.environ["ATEN_CPU_CAPABILITY"] = cpu_isa
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("ATEN_CPU_CAPABILITY", None)
+        else:
+            os.environ["ATEN_CPU_CAPABILITY"] = old
+
+
+def _isa_name(isa) -> str:
+    text = str(isa).lower()
+    return "default" if not text or "invalid" in text else text
+
+
+def _compile(ep, out: Path, spec: dict[str, Any], cpu_isa: str | None) -> str:
+    from torch._inductor import cpu_vec_isa
+
+    available = [_isa_name(i) for i in cpu_vec_isa.valid_vec_isa_list()]
+    if cpu_isa in ("avx2", "avx512") and cpu_isa not in available:
+        raise ExportError(f"cpu_isa {cpu_isa} cannot be compiled on this machine; it supports: "
+                          f"{', '.join(available) or 'no vector ISA'} (and default)")
+    with _cpu_capability(cpu_isa):
+        chosen = _isa_name(cpu_vec_isa.pick_vec_isa())
+        spec["cpu_isa"] = chosen
+        configs = {"aot_inductor.metadata": {SPEC_KEY: json.dumps(spec)}}
+        try:
+            torch._inductor.aoti_compile_and_package(ep, package_path=str(out), inductor_configs=configs)
+        except Exception as e:
+            raise ExportError(f"aoti_compile_and_package failed: {_first_line(e)}") from e
+    return chosen
+
+
+def _finish_package(compiled: Path, final: Path, spec: dict[str, Any], golden_bytes: bytes) -> None:
+    """Copy the archive, adding the model library's SHA-256 to the spec and the golden cases as a record."""
+    from torch.export.pt2_archive._package import PT2ArchiveReader, PT2ArchiveWriter
+
+    with PT2ArchiveReader(str(compiled)) as reader:
+        names = reader.get_file_names()
+        libs = [n for n in names if n.startswith("data/aotinductor/model/") and n.endswith(".so")]
+        if len(libs) != 1:
+            raise ExportError(f"expected one compiled model library in the package, found {libs}")
+        lib_bytes = reader.read_bytes(libs[0])
+        spec["model_library"] = {"record": libs[0], "sha256": hashlib.sha256(lib_bytes).hexdigest(),
+                                 "size": len(lib_bytes)}
+        with PT2ArchiveWriter(str(final)) as writer:
+            for name in names:
+                if name == ".data/serialization_id":
+                    continue  # the writer makes its own
+                data = lib_bytes if name == libs[0] else reader.read_bytes(name)
+                if name.startswith("data/aotinductor/model/") and name.endswith("_metadata.json"):
+                    md = json.loads(data)
+                    md[SPEC_KEY] = json.dumps(spec)
+                    data = json.dumps(md).encode()
+                writer.write_bytes(name, data)
+            writer.write_bytes(GOLDEN_RECORD, golden_bytes)
+
+
+def read_spec(package_path: str | os.PathLike) -> dict[str, Any]:
+    """The spec of a package, read from the archive without loading anything."""
+    import zipfile
+
+    path = Path(package_path)
+    if not path.is_file():
+        raise ExportError(f"{path} is not a file")
+    try:
+        with zipfile.ZipFile(path) as zf:
+            records = [n for n in zf.namelist() if "/data/aotinductor/model/" in n and n.endswith("_metadata.json")]
+            if not records:
+                raise ExportError(f"{path} is not an AOTInductor package (no model metadata inside)")
+            md = json.loads(zf.read(sorted(records)[0]))
+    except zipfile.BadZipFile as e:
+        raise ExportError(f"{path} is not a .pt2 package (not a zip archive)") from e
+    if SPEC_KEY not in md:
+        raise ExportError(f"{path} has no {SPEC_KEY} in its metadata: it was not made by export_tools")
+    spec = json.loads(md[SPEC_KEY])
+    if spec.get("format") != SPEC_FORMAT:
+        raise ExportError(f"{path}: unsupported spec format {spec.get('format')!r}, expected {SPEC_FORMAT}")
+    return spec
+
+
+def read_golden(package_path: str | os.PathLike) -> list[_golden.Case]:
+    from torch.export.pt2_archive._package import PT2ArchiveReader
+
+    with PT2ArchiveReader(str(package_path)) as reader:
+        return _golden.loads(reader.read_bytes(GOLDEN_RECORD))
+
+
+def verify_package(package_path: str | os.PathLike,
+                   tolerances: dict[str, tuple[float, float]] | None = None) -> list[dict[str, Any]]:
+    """Run the package in Python (aoti_load_package) on its golden cases; one report entry per case."""
+    spec = read_spec(package_path)
+    table = {k: (v["rtol"], v["atol"]) for k, v in spec["golden"]["tolerances"].items()}
+    table.update(tolerances or {})
+    runner = torch._inductor.aoti_load_package(str(package_path))
+    report = []
+    for case in read_golden(package_path):
+        args = [t.to(spec["device"]) for t in case.inputs]
+        with torch.no_grad():
+            actual = _flatten_outputs(runner(*args))
+        passed, max_abs, max_rel, reason = _golden.compare(actual, case.outputs, table)
+        report.append({"name": case.name, "passed": passed, "max_abs_error": max_abs, "max_rel_error": max_rel,
+                       "reason": reason})
+    return report
+
+
+def _version() -> str:
+    from . import __version__
+    return __version__

@@ -1,0 +1,60 @@
+"""Example models. Each factory returns (model, example_inputs), the shape `export --model MODULE:FACTORY` takes."""
+
+from __future__ import annotations
+
+import torch
+
+from . import ops
+
+
+class IdentityConvNet(torch.nn.Module):
+    """The seed's model: a stateful IdentityConvClass object, the stateless op, then ordinary layers."""
+
+    def __init__(self, channels: int = 3, kernel_size: int = 3, out_channels: int = 8):
+        super().__init__()
+        ops.load_library()
+        self.depthwise = torch.classes.my_ops.IdentityConvClass(channels, kernel_size)
+        self.conv = torch.nn.Conv2d(channels, out_channels, kernel_size=3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.depthwise.forward(x)
+        y = torch.ops.my_ops.identity_conv_op(y)
+        return torch.relu(self.conv(y))
+
+
+class IdentityConvOpOnly(torch.nn.Module):
+    """The stateless op alone."""
+
+    def __init__(self):
+        super().__init__()
+        ops.load_library()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.my_ops.identity_conv_op(x)
+
+
+def identity_conv_net(dtype: torch.dtype = torch.float32):
+    """IdentityConvNet with a non-identity depthwise weight, so a package proves that the state travelled."""
+    gen = torch.Generator().manual_seed(0)
+    model = IdentityConvNet().eval()
+    weight = torch.randn(3, 1, 3, 3, generator=gen) * 0.5
+    weight[:, :, 1, 1] += 1.0
+    model.depthwise.set_weight(weight)
+    with torch.no_grad():
+        for p in model.conv.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.2)
+    model = model.to(dtype)
+    return model, (torch.randn(4, 3, 32, 32, generator=gen).to(dtype),)
+
+
+def identity_conv_net_fp16():
+    return identity_conv_net(torch.float16)
+
+
+def identity_conv_net_bf16():
+    return identity_conv_net(torch.bfloat16)
+
+
+def identity_conv_op_only():
+    gen = torch.Generator().manual_seed(1)
+    return IdentityConvOpOnly().eval(), (torch.randn(2, 3, 16, 16, generator=gen),)

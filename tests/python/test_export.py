@@ -1,0 +1,189 @@
+"""export_tools.export_package: graph, spec, golden cases, running the package, state, all-or-nothing."""
+
+import json
+import zipfile
+
+import jsonschema
+import pytest
+import torch
+
+import export_tools
+from export_tools import ExportError, export_package, models, read_spec, verify_package
+from export_tools.export import GOLDEN_RECORD, _export, read_golden
+
+SCHEMA = json.loads((__import__("pathlib").Path(__file__).parents[2] / "docs" / "pt2rt-spec-1.schema.json").read_text())
+
+
+def test_graph_calls_the_class_through_call_torchbind_and_the_op_directly():
+    model, inputs = models.identity_conv_net()
+    ep = _export(model, list(inputs), (1, 32))
+    targets = [n.target for n in ep.graph.nodes if n.op == "call_function"]
+    assert torch.ops.higher_order.call_torchbind in targets
+    assert torch.ops.my_ops.identity_conv_op.default in targets
+    torchbind = next(n for n in ep.graph.nodes if n.target is torch.ops.higher_order.call_torchbind)
+    assert torchbind.args[1] == "forward"
+    assert targets.index(torch.ops.higher_order.call_torchbind) < targets.index(torch.ops.my_ops.identity_conv_op.default)
+
+
+def test_spec_matches_schema_and_model(exported):
+    path, model, inputs = exported("net_dynamic")
+    spec = read_spec(path)
+    jsonschema.validate(spec, SCHEMA)
+    assert spec["format"] == "pt2rt-spec/1" and spec["device"] == "cpu" and spec["model"] == "net_dynamic"
+    assert spec["inputs"] == [{"name": "x", "dtype": "float32", "shape": [-1, 3, 32, 32],
+                               "dynamic_dims": [{"dim": 0, "name": "batch", "min": 1, "max": 32}]}]
+    assert spec["outputs"][0]["shape"] == [-1, 8, 32, 32]
+    assert spec["outputs"][0]["dynamic_dims"][0]["name"] == "batch"
+    assert spec["custom_ops"] == [{"name": "my_ops::identity_conv_op", "namespace": "my_ops",
+                                   "library": "libidentity_conv_ops.so"}]
+    assert spec["custom_classes"] == [{"name": "my_ops::IdentityConvClass", "namespace": "my_ops",
+                                       "methods": ["forward"], "library": "libidentity_conv_ops.so"}]
+    assert spec["libraries"] == ["libidentity_conv_ops.so"]
+    assert spec["torch_version"] == torch.__version__
+    assert spec["metadata"] == {"purpose": "tests"}
+    assert spec["cpu_isa"] in ("avx2", "avx512", "default")
+
+
+def test_spec_records_the_model_library_hash(exported):
+    import hashlib
+    path, _, _ = exported("net_dynamic")
+    spec = read_spec(path)
+    with zipfile.ZipFile(path) as zf:
+        name = next(n for n in zf.namelist() if n.endswith(spec["model_library"]["record"]))
+        data = zf.read(name)
+    assert hashlib.sha256(data).hexdigest() == spec["model_library"]["sha256"]
+    assert len(data) == spec["model_library"]["size"]
+
+
+def test_spec_is_also_what_the_aoti_loader_reports(exported):
+    path, _, _ = exported("net_dynamic")
+    runner = torch._inductor.aoti_load_package(str(path))
+    assert json.loads(runner.get_metadata()["pt2rt_spec"]) == read_spec(path)
+
+
+def test_golden_cases_round_trip(exported):
+    path, model, inputs = exported("net_dynamic")
+    cases = read_golden(path)
+    assert [c.name for c in cases] == read_spec(path)["golden"]["names"]
+    assert len(cases) == 5
+    assert cases[0].name == "example" and torch.equal(cases[0].inputs[0], inputs[0])
+    assert [c.inputs[0].shape[0] for c in cases[1:]] == [1, 32, 11, 22]  # min, max, then between
+    with torch.no_grad():
+        for case in cases:
+            torch.testing.assert_close(case.outputs[0], model(*case.inputs))
+
+
+def test_package_runs_in_python_across_the_dynamic_range(exported):
+    path, model, _ = exported("net_dynamic")
+    runner = torch._inductor.aoti_load_package(str(path))
+    for batch in (1, 2, 7, 31, 32):
+        x = torch.randn(batch, 3, 32, 32)
+        with torch.no_grad():
+            torch.testing.assert_close(runner(x), model(x))
+
+
+def test_verify_report_passes(exported):
+    path, _, _ = exported("net_dynamic")
+    report = verify_package(path)
+    assert len(report) == 5 and all(r["passed"] for r in report), report
+    assert all(r["max_abs_error"] < 1e-4 for r in report)
+
+
+def test_class_state_travels_in_the_package(exported):
+    path, model, inputs = exported("net_dynamic")
+    runner = torch._inductor.aoti_load_package(str(path))
+    x = inputs[0]
+    with torch.no_grad():
+        expected = model(x)
+        identity = models.IdentityConvNet().eval()
+        identity.conv.load_state_dict(model.conv.state_dict())  # same conv, identity depthwise weight
+        without_state = identity(x)
+    out = runner(x)
+    torch.testing.assert_close(out, expected)
+    assert (out - without_state).abs().max() > 1e-2, "the depthwise weight did not travel"
+    # the package holds a copy: changing the model afterwards changes nothing
+    model.depthwise.set_weight(torch.zeros(3, 1, 3, 3))
+    torch.testing.assert_close(torch._inductor.aoti_load_package(str(path))(x), expected)
+
+
+def test_op_only_static_package(exported):
+    path, model, inputs = exported("op_static")
+    spec = read_spec(path)
+    jsonschema.validate(spec, SCHEMA)
+    assert spec["inputs"][0]["shape"] == [2, 3, 16, 16] and spec["inputs"][0]["dynamic_dims"] == []
+    assert spec["custom_classes"] == [] and [o["name"] for o in spec["custom_ops"]] == ["my_ops::identity_conv_op"]
+    assert spec["golden"]["count"] == 4
+    assert all(r["passed"] for r in verify_package(path))
+    torch.testing.assert_close(torch._inductor.aoti_load_package(str(path))(inputs[0]), inputs[0])
+
+
+@pytest.mark.parametrize("name, dtype, isa", [("net_fp16", "float16", "avx2"), ("net_bf16", "bfloat16", "default")])
+def test_half_precision_exports(exported, name, dtype, isa):
+    path, model, inputs = exported(name)
+    spec = read_spec(path)
+    jsonschema.validate(spec, SCHEMA)
+    assert spec["inputs"][0]["dtype"] == dtype and spec["outputs"][0]["dtype"] == dtype
+    assert spec["cpu_isa"] == isa
+    assert dtype in spec["golden"]["tolerances"]
+    assert all(r["passed"] for r in verify_package(path))
+
+
+def test_cpu_isa_the_machine_lacks_is_refused(tmp_path):
+    from torch._inductor import cpu_vec_isa
+    available = {str(i).lower() for i in cpu_vec_isa.valid_vec_isa_list()}
+    missing = next((isa for isa in ("avx512", "avx2") if isa not in available), None)
+    if missing is None:
+        pytest.skip("this machine can compile every ISA export_tools offers")
+    model, inputs = models.identity_conv_op_only()
+    with pytest.raises(ExportError, match=f"cpu_isa {missing} cannot be compiled on this machine"):
+        export_package(model, inputs, tmp_path / "m.pt2", cpu_isa=missing)
+    assert list(tmp_path.iterdir()) == []
+
+
+class NotReproducible(torch.nn.Module):
+    """Random output: the compiled package cannot match the eager golden outputs, so verification fails."""
+
+    def forward(self, x):
+        return torch.ops.my_ops.identity_conv_op(x) + torch.rand_like(x)
+
+
+def test_failed_verification_leaves_nothing_behind(tmp_path):
+    target = tmp_path / "m.pt2"
+    target.write_bytes(b"previous package")
+    with pytest.raises(ExportError, match="does not reproduce the eager model"):
+        export_package(NotReproducible(), (torch.randn(1, 2, 4, 4),), target, golden=2)
+    assert target.read_bytes() == b"previous package"  # untouched
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.pt2"]  # no temporary left
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(dynamic_batch=(0, 4)), "1 <= min <= max, got 0:4"),
+    (dict(dynamic_batch=(5, 4)), "1 <= min <= max, got 5:4"),
+    (dict(dynamic_batch=(3, 8)), "example input 0 has batch 2, outside the dynamic batch range 3:8"),
+    (dict(golden=0), "expected golden >= 1, got 0"),
+    (dict(cpu_isa="sse9"), "expected cpu_isa native, avx2, avx512 or default, got 'sse9'"),
+    (dict(device="tpu"), "expected device cpu or cuda, got 'tpu'"),
+    (dict(metadata={"k": 1}), "expected metadata as a dict of str to str"),
+])
+def test_bad_arguments(tmp_path, kwargs, message):
+    model, inputs = models.identity_conv_op_only()
+    with pytest.raises(ExportError, match=__import__("re").escape(message)):
+        export_package(model, inputs, tmp_path / "m.pt2", **kwargs)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without a GPU")
+def test_cuda_device_without_gpu_is_refused(tmp_path):
+    model, inputs = models.identity_conv_op_only()
+    with pytest.raises(ExportError, match="device cuda was asked for, but torch sees no CUDA device"):
+        export_package(model, inputs, tmp_path / "m.pt2", device="cuda")
+
+
+def test_wrong_path_suffix(tmp_path):
+    model, inputs = models.identity_conv_op_only()
+    with pytest.raises(ExportError, match="ending in .pt2"):
+        export_package(model, inputs, tmp_path / "m.zip")
+
+
+def test_export_package_is_exported_at_top_level():
+    assert export_tools.export_package is export_package
