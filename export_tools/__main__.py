@@ -51,7 +51,10 @@ def _load_factory(spec: str):
         raise UsageError(f"module {module_name!r} has no attribute {attr!r}")
     if not callable(factory):
         raise UsageError(f"{spec} is not callable; expected a factory returning (model, example_inputs)")
-    result = factory()
+    try:
+        result = factory()
+    except Exception as e:
+        raise UsageError(f"{spec}() failed: {type(e).__name__}: {e}") from e
     if not (isinstance(result, tuple) and len(result) == 2):
         raise UsageError(f"{spec}() must return (model, example_inputs), got {type(result).__name__}")
     import torch
@@ -177,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO,
-                        format="export-tools: %(message)s", stream=sys.stderr)
+                        format="export-tools: %(message)s", stream=sys.stderr, force=True)
     if not args.verbose:
         for noisy in ("torch", "torch._inductor", "torch._dynamo", "torch.export"):
             logging.getLogger(noisy).setLevel(logging.ERROR)

@@ -128,8 +128,10 @@ def _check_arguments(model, example_inputs, path: Path, dynamic_batch, golden_co
     out_dir = path.parent if str(path.parent) else Path(".")
     if not out_dir.is_dir():
         raise ExportError(f"output directory {out_dir} does not exist")
-    if not os.access(out_dir, os.W_OK | os.X_OK):
-        raise ExportError(f"output directory {out_dir} is not writable")
+    try:  # os.access says yes to root even on read-only file systems; try it
+        os.rmdir(tempfile.mkdtemp(prefix=".probe-", dir=out_dir))
+    except OSError as e:
+        raise ExportError(f"output directory {out_dir} is not writable ({e.strerror})") from e
     if path.is_dir():
         raise ExportError(f"{path} is a directory; expected a package file path")
     if device not in DEVICES:
@@ -176,7 +178,10 @@ def _export(model, inputs, dynamic_batch) -> torch.export.ExportedProgram:
         return torch.export.export(model, tuple(inputs), dynamic_shapes=dynamic_shapes, strict=False)
     except Exception as e:
         what = (f"with a dynamic batch {dynamic_batch[0]}:{dynamic_batch[1]}" if dynamic_batch else "")
-        raise ExportError(f"torch.export failed {what}: {_first_line(e)}".replace("  ", " ")) from e
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        reason = next((line[2:] for line in lines if line.startswith("- ")), "")  # the first violated constraint
+        detail = _first_line(e) + (f" {reason}" if reason else "")
+        raise ExportError(f"torch.export failed {what}: {detail}".replace("  ", " ")) from e
 
 
 def _custom_calls(ep: torch.export.ExportedProgram) -> dict[str, Any]:

@@ -1,0 +1,194 @@
+"""The export-tools CLI: the happy path once, and every bad input as exit 2 with one clear line."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from export_tools.__main__ import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+    """A module `user_models` the way a user writes one, importable by name."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "user_models.py").write_text(textwrap.dedent("""
+        import torch
+        import export_tools  # loads the ops library
+
+        class NeedsBatchFour(torch.nn.Module):
+            def forward(self, x):
+                return torch.ops.my_ops.identity_conv_op(x).reshape(4, -1)
+
+        def batch_four():
+            return NeedsBatchFour(), (torch.randn(4, 3, 8, 8),)
+
+        def not_a_pair():
+            return 42
+
+        def not_a_module():
+            return "model", (torch.randn(1),)
+
+        def bad_inputs():
+            return torch.nn.Identity(), "x"
+
+        not_callable = 3
+
+        def raises():
+            raise ValueError("factory broke")
+    """))
+    monkeypatch.syspath_prepend(str(src))
+    return "user_models"
+
+
+def run_cli(capsys, *argv):
+    try:
+        code = main(list(argv))
+    except SystemExit as e:  # argparse's own usage errors
+        code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_usage_error(code, err, message, out_dir=None):
+    assert code == 2, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert lines[-1].startswith("export-tools: error: "), err
+    assert message in lines[-1], err
+    assert "Traceback" not in err
+    if out_dir is not None:
+        assert list(Path(out_dir).iterdir()) == [], "a failed export left files behind"
+
+
+@pytest.mark.parametrize("model, message", [
+    ("no_such_module_xyz:make", "cannot import module 'no_such_module_xyz'"),
+    ("export_tools.models:nope", "module 'export_tools.models' has no attribute 'nope'"),
+    ("export_tools.models", "expected --model MODULE:FACTORY, got 'export_tools.models'"),
+    ("{mod}:not_a_pair", "{mod}:not_a_pair() must return (model, example_inputs), got int"),
+    ("{mod}:not_a_module", "returned a str as the model; expected a torch.nn.Module"),
+    ("{mod}:bad_inputs", "returned example inputs of type str; expected a tuple of tensors"),
+    ("{mod}:not_callable", "{mod}:not_callable is not callable"),
+    ("{mod}:raises", "{mod}:raises() failed: ValueError: factory broke"),
+])
+def test_bad_model_argument(capsys, tmp_path, user_module, model, message):
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    code, _, err = run_cli(capsys, "export", "--model", model.format(mod=user_module), "--out", str(out_dir / "m.pt2"))
+    assert_usage_error(code, err, message.format(mod=user_module), out_dir)
+
+
+def test_dynamic_range_the_model_cannot_export(capsys, tmp_path, user_module):
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    code, _, err = run_cli(capsys, "export", "--model", f"{user_module}:batch_four", "--out", str(out_dir / "m.pt2"),
+                           "--dynamic-batch", "1:32")
+    assert_usage_error(code, err, "torch.export failed with a dynamic batch 1:32", out_dir)
+    assert "specialized it to be a constant (4)" in err
+
+
+@pytest.mark.parametrize("out, message", [
+    ("/proc/m.pt2", "output directory /proc is not writable"),
+    ("{tmp}/missing/m.pt2", "output directory {tmp}/missing does not exist"),
+    ("{tmp}/m.onnx", "expected a package path ending in .pt2"),
+])
+def test_bad_output_path(capsys, tmp_path, out, message):
+    code, _, err = run_cli(capsys, "export", "--model", "export_tools.models:identity_conv_op_only",
+                           "--out", out.format(tmp=tmp_path))
+    assert_usage_error(code, err, message.format(tmp=tmp_path), tmp_path)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--dynamic-batch", "8"], "expected MIN:MAX (e.g. 1:32), got '8'"),
+    (["--dynamic-batch", "0:4"], "1 <= min <= max, got 0:4"),
+    (["--golden", "0"], "expected golden >= 1, got 0"),
+    (["--cpu-isa", "sse9"], "invalid choice: 'sse9'"),
+])
+def test_bad_options(capsys, tmp_path, extra, message):
+    code, _, err = run_cli(capsys, "export", "--model", "export_tools.models:identity_conv_op_only",
+                           "--out", str(tmp_path / "m.pt2"), *extra)
+    assert code == 2 and message in err and "Traceback" not in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"", "is not a .pt2 package (not a zip archive)"),
+    (b"garbage" * 100, "is not a .pt2 package (not a zip archive)"),
+])
+def test_inspect_rejects_non_packages(capsys, tmp_path, content, message):
+    bogus = tmp_path / "bogus.pt2"
+    bogus.write_bytes(content)
+    code, _, err = run_cli(capsys, "inspect", str(bogus))
+    assert_usage_error(code, err, message)
+
+
+def test_inspect_rejects_a_zip_that_is_not_a_package(capsys, tmp_path):
+    import zipfile
+    path = tmp_path / "other.pt2"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("hello.txt", "hi")
+    code, _, err = run_cli(capsys, "inspect", str(path))
+    assert_usage_error(code, err, "is not an AOTInductor package")
+
+
+def test_inspect_missing_file(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "inspect", str(tmp_path / "nope.pt2"))
+    assert_usage_error(code, err, "nope.pt2 is not a file")
+
+
+def run_process(*argv, **env):
+    return subprocess.run([sys.executable, "-m", "export_tools", *argv], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, **env}, timeout=300)
+
+
+def test_library_not_built_is_one_line(tmp_path):
+    result = run_process("export", "--model", "export_tools.models:identity_conv_op_only", "--out",
+                         str(tmp_path / "m.pt2"), IDENTITY_CONV_OPS_LIBRARY=str(tmp_path / "libmissing.so"))
+    assert_usage_error(result.returncode, result.stderr, "does not name a file", tmp_path)
+
+
+def test_verbose_shows_the_traceback(tmp_path):
+    result = run_process("--verbose", "export", "--model", "no_such_module_xyz:make", "--out", str(tmp_path / "m.pt2"))
+    assert result.returncode == 2
+    assert "Traceback" in result.stderr and "cannot import module" in result.stderr
+
+
+def test_help_everywhere():
+    for argv in ([], ["export"], ["graph"], ["inspect"], ["verify"]):
+        result = run_process(*argv, "--help")
+        assert result.returncode == 0 and "usage:" in result.stdout, argv
+
+
+def test_export_inspect_verify_graph(capsys, tmp_path):
+    out = tmp_path / "op.pt2"
+    code, stdout, err = run_cli(capsys, "export", "--model", "export_tools.models:identity_conv_op_only",
+                                "--out", str(out), "--golden", "2", "--metadata", "owner=tests")
+    assert code == 0, err
+    assert stdout.strip() == str(out) and out.is_file()
+    for stage in ("eager", "export", "compile", "package", "verify"):
+        assert f"export-tools: {stage} done in " in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["op.pt2"]
+
+    code, stdout, _ = run_cli(capsys, "inspect", str(out))
+    assert code == 0 and "custom op    my_ops::identity_conv_op  <- libidentity_conv_ops.so" in stdout
+    assert "metadata     owner = tests" in stdout
+    code, stdout, _ = run_cli(capsys, "inspect", "--json", str(out))
+    assert code == 0 and json.loads(stdout)["golden"]["count"] == 2
+
+    code, stdout, _ = run_cli(capsys, "-q", "verify", str(out))
+    assert code == 0 and stdout.count("ok ") == 2
+
+    code, stdout, _ = run_cli(capsys, "-q", "graph", "--model", "export_tools.models:identity_conv_net")
+    assert code == 0 and "call_torchbind" in stdout and "my_ops.identity_conv_op" in stdout
+
+
+def test_quiet_prints_no_progress(capsys, tmp_path, user_module):
+    code, _, err = run_cli(capsys, "-q", "export", "--model", f"{user_module}:batch_four", "--out",
+                           str(tmp_path / "m.pt2"), "--dynamic-batch", "1:32")
+    assert code == 2 and "done in" not in err and "export ..." not in err
