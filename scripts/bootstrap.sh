@@ -3,7 +3,7 @@
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # Debian packages -------------------------------------------------------------------------------
-APT_PACKAGES=(build-essential cmake ninja-build binutils git googletest libgtest-dev libgmock-dev
+APT_PACKAGES=(build-essential cmake ninja-build binutils git libssl-dev googletest libgtest-dev libgmock-dev
               libcli11-dev nlohmann-json3-dev libbenchmark-dev python3-venv)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

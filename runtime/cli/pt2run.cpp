@@ -1,0 +1,252 @@
+// pt2run: run, inspect, verify and benchmark model.pt2 packages from the command line. No Python.
+#include <pt2rt/pt2rt.h>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <mutex>
+#include <numeric>
+#include <sstream>
+#include <thread>
+
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitMismatch = 1;
+
+std::string dims(const pt2rt::TensorSpec& t) {
+  std::vector<std::string> d;
+  for (auto s : t.shape) d.push_back(std::to_string(s));
+  for (const auto& dd : t.dynamic_dims) {
+    d[dd.dim] = dd.name + "[" + std::to_string(dd.min) + ".." + (dd.max ? std::to_string(*dd.max) : "inf") + "]";
+  }
+  std::string out = std::string(pt2rt::dtype_name(t.dtype)) + "[";
+  for (size_t i = 0; i < d.size(); ++i) out += (i ? ", " : "") + d[i];
+  return out + "]";
+}
+
+int cmd_info(const std::string& package, bool json) {
+  const pt2rt::Spec spec = pt2rt::Runtime::read_spec(package);
+  if (json) {
+    std::cout << nlohmann::json::parse(spec.json).dump(2) << "\n";
+    return kExitOk;
+  }
+  std::cout << "package      " << spec.model << "  (" << spec.format << ", " << spec.created_by << ")\n"
+            << "device       " << spec.device
+            << (spec.cuda_version.empty() ? "" : "  (CUDA " + spec.cuda_version + ", sm " + spec.compute_capability + ")")
+            << "\n"
+            << "cpu isa      " << spec.cpu_isa << "\n"
+            << "torch        " << spec.torch_version << "  (this runtime: " << pt2rt::torch_version() << ")\n";
+  for (const auto& t : spec.inputs) std::cout << "input        " << t.name << ": " << dims(t) << "\n";
+  for (const auto& t : spec.outputs) std::cout << "output       " << t.name << ": " << dims(t) << "\n";
+  for (const auto& o : spec.custom_ops) std::cout << "custom op    " << o.name << "  <- " << o.library << "\n";
+  for (const auto& c : spec.custom_classes) std::cout << "custom class " << c.name << "  <- " << c.library << "\n";
+  std::cout << "model lib    " << spec.model_library_record << "  sha256 " << spec.model_library_sha256 << "\n"
+            << "golden       " << spec.golden_names.size() << " cases in " << spec.golden_record << "\n";
+  for (const auto& [k, v] : spec.metadata) std::cout << "metadata     " << k << " = " << v << "\n";
+  return kExitOk;
+}
+
+pt2rt::Options options_for(const std::vector<std::string>& ops, int runners) {
+  pt2rt::Options o;
+  o.ops_libraries = ops;
+  o.num_runners = runners;
+  return o;
+}
+
+void check_writable(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  if (access(dir.c_str(), W_OK | X_OK) != 0) {
+    throw pt2rt::Error(pt2rt::ErrorCode::IO, "cannot write " + path + ": directory " + dir + ": " + std::strerror(errno));
+  }
+}
+
+std::vector<pt2rt::Tensor> read_inputs(const std::vector<std::string>& files) {
+  std::vector<pt2rt::Tensor> inputs;
+  for (const auto& f : files) {
+    auto ts = pt2rt::load_tensors(f);
+    inputs.insert(inputs.end(), ts.begin(), ts.end());
+  }
+  return inputs;
+}
+
+std::vector<pt2rt::TensorView> views_of(const std::vector<pt2rt::Tensor>& ts) {
+  std::vector<pt2rt::TensorView> v;
+  for (const auto& t : ts) v.push_back(t.view());
+  return v;
+}
+
+int cmd_run(const std::string& package, const std::vector<std::string>& input_files, const std::string& output,
+            const std::vector<std::string>& ops) {
+  check_writable(output);
+  const auto inputs = read_inputs(input_files);
+  const pt2rt::Runtime rt = pt2rt::Runtime::load(package, options_for(ops, 1));
+  std::vector<pt2rt::Tensor> outputs = rt.run(views_of(inputs));
+  for (auto& t : outputs) t = t.to_cpu();
+  pt2rt::save_tensors(output, outputs);
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    std::vector<int64_t> shape = outputs[i].shape();
+    std::string s;
+    for (size_t d = 0; d < shape.size(); ++d) s += (d ? ", " : "") + std::to_string(shape[d]);
+    std::cerr << "pt2run: output " << i << ": " << pt2rt::dtype_name(outputs[i].dtype()) << "[" << s << "] -> "
+              << output << "\n";
+  }
+  return kExitOk;
+}
+
+int cmd_verify(const std::string& package, const std::vector<std::string>& ops) {
+  const pt2rt::Runtime rt = pt2rt::Runtime::load(package, options_for(ops, 1));
+  const pt2rt::VerifyReport report = rt.verify();
+  for (const auto& c : report.cases) {
+    std::printf("%s %-24s max abs %.3g  max rel %.3g%s%s\n", c.passed ? "ok  " : "FAIL", c.name.c_str(),
+                c.max_abs_error, c.max_rel_error, c.reason.empty() ? "" : "  ", c.reason.c_str());
+  }
+  const auto passed = std::count_if(report.cases.begin(), report.cases.end(), [](const auto& c) { return c.passed; });
+  std::printf("%s: %ld of %zu golden cases passed on this machine\n", report.passed() ? "verified" : "MISMATCH",
+              static_cast<long>(passed), report.cases.size());
+  return report.passed() ? kExitOk : kExitMismatch;
+}
+
+double percentile(std::vector<double> sorted, double p) {
+  if (sorted.empty()) return 0;
+  const double idx = p * static_cast<double>(sorted.size() - 1);
+  const auto lo = static_cast<size_t>(idx);
+  const size_t hi = std::min(lo + 1, sorted.size() - 1);
+  return sorted[lo] + (sorted[hi] - sorted[lo]) * (idx - static_cast<double>(lo));
+}
+
+int cmd_bench(const std::string& package, const std::vector<std::string>& ops, const std::vector<std::string>& input_files,
+              int warmup, int iters, int threads, int runners, bool json) {
+  const pt2rt::Runtime rt = pt2rt::Runtime::load(package, options_for(ops, runners));
+  const auto inputs = input_files.empty() ? rt.example_inputs() : read_inputs(input_files);
+  const auto views = views_of(inputs);
+  for (int i = 0; i < warmup; ++i) rt.run(views);
+
+  std::vector<double> latencies(static_cast<size_t>(iters));
+  std::atomic<int> next{0}, done{0};
+  const bool tty = isatty(STDERR_FILENO) && !json;
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> pool;
+  std::mutex error_mutex;
+  std::exception_ptr error;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&] {
+      try {
+        for (int i; (i = next.fetch_add(1)) < iters;) {
+          const auto t0 = std::chrono::steady_clock::now();
+          rt.run(views);
+          latencies[static_cast<size_t>(i)] =
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+          ++done;
+        }
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        error = std::current_exception();
+        next = iters;
+      }
+    });
+  }
+  if (tty) {
+    while (done.load() < iters && !error) {
+      std::fprintf(stderr, "\rpt2run bench: %d/%d runs", done.load(), iters);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    std::fprintf(stderr, "\r%60s\r", "");
+  }
+  for (auto& th : pool) th.join();
+  if (error) std::rethrow_exception(error);
+  const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::sort(latencies.begin(), latencies.end());
+  const double mean = std::accumulate(latencies.begin(), latencies.end(), 0.0) / std::max(iters, 1);
+  const double p50 = percentile(latencies, 0.5), p90 = percentile(latencies, 0.9), p99 = percentile(latencies, 0.99);
+  const double throughput = iters / wall_s;
+  if (json) {
+    nlohmann::json j = {{"latency_ms", {{"p50", p50}, {"p90", p90}, {"p99", p99}, {"mean", mean}}},
+                        {"throughput_per_s", throughput},
+                        {"iters", iters}, {"threads", threads}, {"runners", runners}, {"warmup", warmup}};
+    std::cout << j.dump() << "\n";
+  } else {
+    std::printf("%d runs, %d threads, %d runners: p50 %.3f ms  p90 %.3f ms  p99 %.3f ms  mean %.3f ms  %.1f runs/s\n",
+                iters, threads, runners, p50, p90, p99, mean, throughput);
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"pt2run: run model.pt2 packages made by export_tools, without Python.\n"
+               "Exit codes: 0 ok, 1 verification mismatch, 2 usage, 3 package, 4 ops library, 5 input, 6 I/O, "
+               "7 runtime."};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("pt2run ") + pt2rt::version() + " (torch " + pt2rt::torch_version() + ")");
+
+  std::string package, output;
+  std::vector<std::string> ops, inputs;
+  bool json = false;
+  int warmup = 10, iters = 100, threads = 1, runners = 1;
+
+  auto* info = app.add_subcommand("info", "print the spec of a package (reads it; loads nothing)");
+  info->add_option("package", package, "the .pt2 package")->required();
+  info->add_flag("--json", json, "the spec as JSON");
+
+  auto* run = app.add_subcommand("run", "run a package on inputs from tensor files (torch.save format)");
+  run->add_option("package", package, "the .pt2 package")->required();
+  run->add_option("--input,-i", inputs, "a tensor file per model input, in order (torch.save of a tensor, or of a "
+                                        "list of tensors)")->required();
+  run->add_option("--output,-o", output, "where to write the outputs (torch.load reads it)")->required();
+  run->add_option("--ops", ops, "ops library to load (default: the ones the package names, searched next to it, "
+                                "next to libpt2rt.so, then in PT2RT_OPS_PATH)");
+
+  auto* verify = app.add_subcommand("verify", "run the package's golden cases on this machine (exit 1 on mismatch)");
+  verify->add_option("package", package, "the .pt2 package")->required();
+  verify->add_option("--ops", ops, "ops library to load");
+
+  auto* bench = app.add_subcommand("bench", "measure latency and throughput");
+  bench->add_option("package", package, "the .pt2 package")->required();
+  bench->add_option("--ops", ops, "ops library to load");
+  bench->add_option("--input,-i", inputs, "tensor files (default: the package's example input)");
+  bench->add_option("--warmup", warmup, "runs before measuring")->check(CLI::NonNegativeNumber);
+  bench->add_option("--iters", iters, "measured runs")->check(CLI::PositiveNumber);
+  bench->add_option("--threads", threads, "threads calling run")->check(CLI::Range(1, 256));
+  bench->add_option("--runners", runners, "model instances (num_runners)")->check(CLI::Range(1, 64));
+  bench->add_flag("--json", json, "print {\"latency_ms\": {...}, \"throughput_per_s\": ...}");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "pt2run: error (usage): " << e.what() << "\nRun with --help for more information.\n";
+    return pt2rt::exit_code(pt2rt::ErrorCode::Usage);
+  }
+
+  const bool verbose = std::getenv("PT2RT_VERBOSE") != nullptr;
+  try {
+    if (info->parsed()) return cmd_info(package, json);
+    if (run->parsed()) return cmd_run(package, inputs, output, ops);
+    if (verify->parsed()) return cmd_verify(package, ops);
+    if (bench->parsed()) return cmd_bench(package, ops, inputs, warmup, iters, threads, runners, json);
+  } catch (const pt2rt::Error& e) {
+    std::cerr << "pt2run: error (" << pt2rt::error_code_name(e.code()) << "): " << e.what() << "\n";
+    return pt2rt::exit_code(e.code());
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    if (!verbose && what.find('\n') != std::string::npos) what.resize(what.find('\n'));
+    std::cerr << "pt2run: error (runtime): " << what << "\n";
+    return pt2rt::exit_code(pt2rt::ErrorCode::Runtime);
+  }
+  return pt2rt::exit_code(pt2rt::ErrorCode::Usage);
+}

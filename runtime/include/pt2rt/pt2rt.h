@@ -1,0 +1,209 @@
+// pt2rt: run a model.pt2 made by export_tools from C++, without Python.
+//
+// This header needs C++17 and nothing else: no torch header. Link pt2rt::pt2rt (libpt2rt.so).
+//
+//   pt2rt::Options opts;
+//   opts.num_runners = 2;
+//   pt2rt::Runtime rt = pt2rt::Runtime::load("model.pt2", opts);
+//   std::vector<pt2rt::Tensor> out = rt.run({pt2rt::TensorView{ptr, {1, 3, 224, 224}, pt2rt::DType::Float32}});
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#define PT2RT_API __attribute__((visibility("default")))
+
+namespace pt2rt {
+
+enum class DType { Float32, Float64, Float16, BFloat16, Int64, Int32, Int16, Int8, UInt8, Bool };
+
+// "float32", "bfloat16", ... (the names of the spec); size of one element in bytes.
+PT2RT_API const char* dtype_name(DType dtype);
+PT2RT_API std::size_t dtype_size(DType dtype);
+PT2RT_API std::optional<DType> dtype_from_name(std::string_view name);
+
+enum class Device { CPU, CUDA };
+
+// Error classes. The CLI maps each to its exit code (exit_code()); docs/runtime.md lists them.
+enum class ErrorCode {
+  Usage,       // a bad argument to the API or the CLI
+  Package,     // the package is missing, damaged, not ours, or cannot run on this host (ISA, torch, device)
+  OpsLibrary,  // an ops library is missing, does not load, or lacks an op or class the package needs
+  Input,       // an input does not match the spec (count, dtype, rank, shape, range, device)
+  IO,          // a tensor file cannot be read or written
+  Runtime,     // the model failed while it ran
+};
+PT2RT_API int exit_code(ErrorCode code);  // 2 usage, 3 package, 4 ops library, 5 input, 6 I/O, 7 runtime
+PT2RT_API const char* error_code_name(ErrorCode code);
+
+class PT2RT_API Error : public std::runtime_error {
+ public:
+  Error(ErrorCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  ErrorCode code() const noexcept { return code_; }
+
+ private:
+  ErrorCode code_;
+};
+
+// Borrowed memory: a dense, contiguous, row-major tensor. The caller keeps `data` alive during run().
+struct TensorView {
+  const void* data = nullptr;
+  std::vector<int64_t> shape;
+  DType dtype = DType::Float32;
+  Device device = Device::CPU;
+  int device_index = 0;
+};
+
+// Owned memory: an output of run(), or a tensor read from a file. Cheap to copy (shared storage).
+class PT2RT_API Tensor {
+ public:
+  Tensor();
+  // A contiguous copy of `view` on the CPU.
+  static Tensor copy_of(const TensorView& view);
+
+  const void* data() const;
+  void* mutable_data();
+  const std::vector<int64_t>& shape() const;
+  DType dtype() const;
+  Device device() const;
+  int64_t numel() const;
+  std::size_t nbytes() const;
+  TensorView view() const;
+  // A contiguous copy on the CPU (this tensor itself when it is on the CPU already).
+  Tensor to_cpu() const;
+
+  struct Impl;
+  explicit Tensor(std::shared_ptr<Impl> impl);
+  const std::shared_ptr<Impl>& impl() const { return impl_; }
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+// What a package says about itself: docs/package-format.md.
+struct DynamicDim {
+  int dim = 0;
+  std::string name;
+  int64_t min = 0;
+  std::optional<int64_t> max;  // none: unbounded
+};
+
+struct TensorSpec {
+  std::string name;
+  DType dtype = DType::Float32;
+  std::vector<int64_t> shape;  // -1 where dynamic
+  std::vector<DynamicDim> dynamic_dims;
+};
+
+struct CustomOpSpec {
+  std::string name;       // "my_ops::identity_conv_op", "my_ops::IdentityConvClass"
+  std::string ns;
+  std::string library;    // "libidentity_conv_ops.so"
+  std::vector<std::string> methods;  // classes only
+};
+
+struct Tolerance {
+  double rtol = 0;
+  double atol = 0;
+};
+
+struct Spec {
+  std::string format;
+  std::string model;
+  std::string device;  // "cpu" or "cuda"
+  std::vector<TensorSpec> inputs;
+  std::vector<TensorSpec> outputs;
+  std::vector<CustomOpSpec> custom_ops;
+  std::vector<CustomOpSpec> custom_classes;
+  std::vector<std::string> libraries;
+  std::string torch_version;
+  std::string cpu_isa;
+  std::string cuda_version;        // empty for CPU packages
+  std::string compute_capability;  // empty for CPU packages
+  std::string model_library_record;
+  std::string model_library_sha256;
+  int64_t model_library_size = 0;
+  std::string golden_record;
+  std::vector<std::string> golden_names;
+  std::map<std::string, Tolerance> tolerances;  // per output dtype name
+  std::map<std::string, std::string> metadata;
+  std::string created_by;
+  std::string json;  // the spec as stored
+};
+
+struct Options {
+  // Ops libraries to load before the model. Empty: the files the spec names, searched next to the package,
+  // then in the directory of libpt2rt.so, then in each directory of PT2RT_OPS_PATH (':'-separated).
+  std::vector<std::string> ops_libraries;
+  // Model instances that serve concurrent run() calls.
+  int num_runners = 1;
+  // Refuse a package exported with another torch version (AOTInductor's ABI is not stable across versions).
+  bool check_torch_version = true;
+  // Check the compiled model library's SHA-256 against the spec.
+  bool check_sha256 = true;
+  // CUDA device for CUDA packages; -1: the current device.
+  int device_index = -1;
+};
+
+struct CaseReport {
+  std::string name;
+  bool passed = false;
+  double max_abs_error = 0;
+  double max_rel_error = 0;
+  std::string reason;  // why it failed; empty when it passed
+};
+
+struct VerifyReport {
+  std::vector<CaseReport> cases;
+  bool passed() const {
+    for (const auto& c : cases)
+      if (!c.passed) return false;
+    return !cases.empty();
+  }
+};
+
+class PT2RT_API Runtime {
+ public:
+  // Reads the spec, loads and checks the ops libraries, checks the package against this host, loads the model.
+  static Runtime load(const std::string& package_path, const Options& options = {});
+  // Only the spec, loading nothing.
+  static Spec read_spec(const std::string& package_path);
+
+  Runtime(Runtime&&) noexcept;
+  Runtime& operator=(Runtime&&) noexcept;
+  ~Runtime();
+
+  // Validated against the spec, then run. Safe to call from many threads at once.
+  std::vector<Tensor> run(const std::vector<TensorView>& inputs) const;
+  const Spec& spec() const;
+  // Runs the package's golden cases here.
+  VerifyReport verify() const;
+  // The inputs of the package's first golden case (the example the model was exported with), on the CPU.
+  std::vector<Tensor> example_inputs() const;
+  // The ops library files that were loaded for this package (absolute paths).
+  const std::vector<std::string>& ops_libraries() const;
+
+  struct Impl;
+  const Impl& impl() const { return *impl_; }
+
+ private:
+  explicit Runtime(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Tensor files in torch.save's (zip) format: read what torch.save wrote, write what torch.load reads.
+// A file holds one tensor, or a list or tuple of tensors.
+PT2RT_API std::vector<Tensor> load_tensors(const std::string& path);
+PT2RT_API void save_tensors(const std::string& path, const std::vector<Tensor>& tensors);
+
+PT2RT_API const char* version();
+PT2RT_API const char* torch_version();
+
+}  // namespace pt2rt

@@ -1,0 +1,63 @@
+// Can this host run the package: CPU ISA, torch version, device.
+#include "internal.h"
+
+#include <torch/cuda.h>
+#include <torch/headeronly/version.h>
+
+namespace pt2rt {
+
+const char* torch_version() {
+  static const std::string v = std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + "." +
+                               std::to_string(TORCH_VERSION_PATCH);
+  return v.c_str();
+}
+
+namespace detail {
+
+bool host_supports_isa(const std::string& isa) {
+  if (isa.empty() || isa == "default") return true;
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  if (isa == "avx2") return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (isa == "avx512") {
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw");
+  }
+  return false;
+#elif defined(__aarch64__)
+  return isa == "neon";
+#else
+  return false;
+#endif
+}
+
+void check_host(const Spec& spec, const Options& options) {
+  if (!host_supports_isa(spec.cpu_isa)) {
+    throw Error(ErrorCode::Package, "the package was compiled for CPU ISA " + spec.cpu_isa +
+                                        ", which this CPU does not support; export it with --cpu-isa avx2 or default");
+  }
+  if (options.check_torch_version) {
+    const std::string exported = spec.torch_version.substr(0, spec.torch_version.find('+'));
+    if (exported != torch_version()) {
+      throw Error(ErrorCode::Package, "the package was exported with torch " + spec.torch_version +
+                                          "; this runtime is built with torch " + torch_version() +
+                                          " (export it with the same torch)");
+    }
+  }
+  if (spec.device == "cuda") {
+    if (!torch::cuda::is_available()) {
+      throw Error(ErrorCode::Package, "the package is for CUDA, but this host has no usable CUDA device"
+#ifndef PT2RT_WITH_CUDA
+                                      " (and this runtime is a CPU build)"
+#endif
+      );
+    }
+    if (options.device_index >= torch::cuda::device_count()) {
+      throw Error(ErrorCode::Usage, "device_index " + std::to_string(options.device_index) + " is out of range: " +
+                                        std::to_string(torch::cuda::device_count()) + " CUDA devices");
+    }
+  }
+}
+
+}  // namespace detail
+}  // namespace pt2rt

@@ -1,0 +1,125 @@
+// Loading ops libraries before a model, and checking that they registered what the package needs.
+#include "internal.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/custom_class.h>
+
+#include <dlfcn.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+
+namespace pt2rt::detail {
+
+namespace {
+
+std::string dirname_of(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+bool is_file(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::string absolute(const std::string& path) {
+  char buf[PATH_MAX];
+  return realpath(path.c_str(), buf) ? std::string(buf) : path;
+}
+
+// The directory libpt2rt.so was loaded from.
+std::string own_directory() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&pt2rt::version), &info) && info.dli_fname) return dirname_of(absolute(info.dli_fname));
+  return "";
+}
+
+// Libraries stay loaded for the life of the process: their registrations cannot be undone safely.
+std::mutex g_mutex;
+std::unordered_map<std::string, void*>& loaded_handles() {
+  static std::unordered_map<std::string, void*> handles;
+  return handles;
+}
+
+std::string load_one(const std::string& path) {
+  if (!is_file(path)) throw Error(ErrorCode::OpsLibrary, "ops library " + path + " does not exist");
+  const std::string abs = absolute(path);
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (loaded_handles().count(abs)) return abs;
+  void* handle = dlopen(abs.c_str(), RTLD_NOW | RTLD_GLOBAL);
+  if (!handle) {
+    const char* err = dlerror();
+    throw Error(ErrorCode::OpsLibrary, "cannot load ops library " + abs + ": " + (err ? err : "unknown error"));
+  }
+  loaded_handles()[abs] = handle;
+  return abs;
+}
+
+std::vector<std::string> search_path(const std::string& package_path) {
+  std::vector<std::string> dirs{dirname_of(package_path)};
+  const std::string own = own_directory();
+  if (!own.empty()) dirs.push_back(own);
+  if (const char* env = std::getenv("PT2RT_OPS_PATH")) {
+    std::stringstream list(env);
+    for (std::string dir; std::getline(list, dir, ':');)
+      if (!dir.empty()) dirs.push_back(dir);
+  }
+  return dirs;
+}
+
+}  // namespace
+
+std::vector<std::string> load_ops_libraries(const Spec& spec, const std::string& package_path,
+                                            const std::vector<std::string>& explicit_libraries) {
+  std::vector<std::string> loaded;
+  if (!explicit_libraries.empty()) {
+    for (const auto& lib : explicit_libraries) loaded.push_back(load_one(lib));
+    return loaded;
+  }
+  const auto dirs = search_path(package_path);
+  for (const auto& name : spec.libraries) {
+    std::string found;
+    for (const auto& dir : dirs) {
+      if (is_file(dir + "/" + name)) {
+        found = dir + "/" + name;
+        break;
+      }
+    }
+    if (found.empty()) {
+      std::string where;
+      for (const auto& dir : dirs) where += (where.empty() ? "" : ", ") + dir;
+      throw Error(ErrorCode::OpsLibrary, "the package needs " + name + ", which was not found in " + where +
+                                             " (pass it with --ops / Options::ops_libraries, or set PT2RT_OPS_PATH)");
+    }
+    loaded.push_back(load_one(found));
+  }
+  return loaded;
+}
+
+void check_registered(const Spec& spec, const std::vector<std::string>& loaded) {
+  std::vector<std::string> missing;
+  for (const auto& op : spec.custom_ops) {
+    if (!c10::Dispatcher::singleton().findSchema(c10::OperatorName(op.name, ""))) {
+      missing.push_back("op " + op.name + " (from " + op.library + ")");
+    }
+  }
+  for (const auto& cls : spec.custom_classes) {
+    const auto sep = cls.name.find("::");
+    const std::string qualified =
+        "__torch__.torch.classes." + cls.name.substr(0, sep) + "." + cls.name.substr(sep == std::string::npos ? 0 : sep + 2);
+    if (!torch::getCustomClass(qualified)) missing.push_back("class " + cls.name + " (from " + cls.library + ")");
+  }
+  if (missing.empty()) return;
+  std::string what, libs;
+  for (const auto& m : missing) what += (what.empty() ? "" : ", ") + m;
+  for (const auto& l : loaded) libs += (libs.empty() ? "" : ", ") + l;
+  throw Error(ErrorCode::OpsLibrary, "not registered after loading " + (libs.empty() ? std::string("no library") : libs) +
+                                         ": " + what);
+}
+
+}  // namespace pt2rt::detail

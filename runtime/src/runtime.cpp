@@ -1,0 +1,312 @@
+// pt2rt::Runtime: load a package safely, validate inputs, run, verify.
+#include "internal.h"
+
+#include <torch/csrc/inductor/aoti_package/model_package_loader.h>
+#include <torch/csrc/jit/serialization/pickle.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <mutex>
+
+namespace pt2rt {
+
+struct Runtime::Impl {
+  std::string package_path;
+  Spec spec;
+  std::vector<std::string> libraries;
+  std::string temp_dir;  // ours; AOTInductor extracts the package below it
+  std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
+
+  ~Impl() {
+    loader.reset();  // removes its own extraction directory
+    if (!temp_dir.empty()) {
+      std::error_code ec;
+      std::filesystem::remove_all(temp_dir, ec);
+    }
+  }
+};
+
+namespace {
+
+const char* kVersion = "0.1.0";
+
+std::string make_temp_dir() {
+  const char* base = std::getenv("TMPDIR");
+  std::string pattern = std::string(base && *base ? base : "/tmp") + "/pt2rt-XXXXXX";
+  std::vector<char> buf(pattern.begin(), pattern.end());
+  buf.push_back('\0');
+  if (!mkdtemp(buf.data())) {
+    throw Error(ErrorCode::IO, "cannot create a temporary directory " + pattern + ": " + std::strerror(errno));
+  }
+  return buf.data();
+}
+
+// AOTInductor extracts packages under $TMPDIR and leaves the directory behind when loading fails; pointing
+// TMPDIR at a directory of ours for the duration of the constructor lets us remove everything.
+std::mutex g_env_mutex;
+
+class ScopedTmpdir {
+ public:
+  explicit ScopedTmpdir(const std::string& dir) {
+    if (const char* old = std::getenv("TMPDIR")) old_ = old;
+    setenv("TMPDIR", dir.c_str(), 1);
+  }
+  ~ScopedTmpdir() {
+    if (old_) {
+      setenv("TMPDIR", old_->c_str(), 1);
+    } else {
+      unsetenv("TMPDIR");
+    }
+  }
+
+ private:
+  std::optional<std::string> old_;
+};
+
+std::string dims_str(const TensorSpec& t) {
+  std::vector<std::string> dims;
+  for (auto s : t.shape) dims.push_back(std::to_string(s));
+  for (const auto& d : t.dynamic_dims) dims[d.dim] = d.name;
+  std::string out = "[";
+  for (size_t i = 0; i < dims.size(); ++i) out += (i ? ", " : "") + dims[i];
+  return out + "]";
+}
+
+void validate(const Spec& spec, const std::vector<TensorView>& inputs) {
+  if (inputs.size() != spec.inputs.size()) {
+    std::string names;
+    for (const auto& t : spec.inputs) names += (names.empty() ? "" : ", ") + t.name;
+    throw Error(ErrorCode::Input, "expected " + std::to_string(spec.inputs.size()) + " input" +
+                                      (spec.inputs.size() == 1 ? "" : "s") + " (" + names + "), got " +
+                                      std::to_string(inputs.size()));
+  }
+  const Device device = spec.device == "cuda" ? Device::CUDA : Device::CPU;
+  std::map<std::string, std::pair<int64_t, std::string>> named;  // dim name -> (size, where seen)
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const TensorView& v = inputs[i];
+    const TensorSpec& s = spec.inputs[i];
+    const std::string who = "input " + std::to_string(i) + " (" + s.name + ")";
+    if (v.dtype != s.dtype) {
+      throw Error(ErrorCode::Input, who + ": expected dtype " + dtype_name(s.dtype) + ", got " + dtype_name(v.dtype));
+    }
+    if (v.shape.size() != s.shape.size()) {
+      throw Error(ErrorCode::Input, who + ": expected " + std::to_string(s.shape.size()) + " dims " + dims_str(s) +
+                                        ", got " + std::to_string(v.shape.size()) + " dims " +
+                                        detail::shape_str(v.shape));
+    }
+    int64_t numel = 1;
+    for (size_t d = 0; d < s.shape.size(); ++d) {
+      if (v.shape[d] < 0) throw Error(ErrorCode::Input, who + ": negative size in shape " + detail::shape_str(v.shape));
+      numel *= v.shape[d];
+      if (s.shape[d] != -1 && v.shape[d] != s.shape[d]) {
+        throw Error(ErrorCode::Input, who + ": expected shape " + dims_str(s) + ", got " + detail::shape_str(v.shape) +
+                                          " (dim " + std::to_string(d) + " must be " + std::to_string(s.shape[d]) +
+                                          ")");
+      }
+    }
+    for (const auto& dd : s.dynamic_dims) {
+      const int64_t size = v.shape[dd.dim];
+      if (size < dd.min || (dd.max && size > *dd.max)) {
+        throw Error(ErrorCode::Input, who + ": dim " + std::to_string(dd.dim) + " (" + dd.name + ") must be in " +
+                                          std::to_string(dd.min) + ".." +
+                                          (dd.max ? std::to_string(*dd.max) : std::string("inf")) + ", got " +
+                                          std::to_string(size));
+      }
+      auto [it, inserted] = named.try_emplace(dd.name, size, who);
+      if (!inserted && it->second.first != size) {
+        throw Error(ErrorCode::Input, who + ": dim " + std::to_string(dd.dim) + " (" + dd.name + ") is " +
+                                          std::to_string(size) + ", but " + it->second.second + " has " + dd.name +
+                                          " = " + std::to_string(it->second.first));
+      }
+    }
+    if (v.device != device) {
+      throw Error(ErrorCode::Input, who + ": expected a " + spec.device + " tensor, got a " +
+                                        (v.device == Device::CUDA ? "cuda" : "cpu") + " tensor");
+    }
+    if (v.data == nullptr && numel != 0) throw Error(ErrorCode::Input, who + ": data is null");
+  }
+}
+
+bool close_enough(const at::Tensor& actual, const at::Tensor& expected, const Tolerance& tol, double& max_abs,
+                  double& max_rel) {
+  const at::Tensor a = actual.to(at::kCPU, at::kDouble), e = expected.to(at::kCPU, at::kDouble);
+  if (a.numel() == 0) return true;
+  const at::Tensor diff = (a - e).abs();
+  const at::Tensor finite = at::isfinite(diff);
+  if (finite.any().item<bool>()) {
+    max_abs = std::max(max_abs, diff.masked_select(finite).max().item<double>());
+    const at::Tensor rel = diff / e.abs().clamp_min(std::numeric_limits<double>::min());
+    max_rel = std::max(max_rel, rel.masked_select(finite).max().item<double>());
+  }
+  return at::allclose(a, e, tol.rtol, tol.atol, /*equal_nan=*/true);
+}
+
+}  // namespace
+
+Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Runtime::Runtime(Runtime&&) noexcept = default;
+Runtime& Runtime::operator=(Runtime&&) noexcept = default;
+Runtime::~Runtime() = default;
+
+Spec Runtime::read_spec(const std::string& package_path) {
+  const std::string record = detail::find_metadata_record(package_path);
+  const std::vector<char> bytes = detail::read_record(package_path, record);
+  return detail::parse_spec(std::string(bytes.begin(), bytes.end()), package_path);
+}
+
+Runtime Runtime::load(const std::string& package_path, const Options& options) {
+  if (options.num_runners < 1) {
+    throw Error(ErrorCode::Usage, "num_runners must be >= 1, got " + std::to_string(options.num_runners));
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->package_path = package_path;
+  impl->spec = read_spec(package_path);
+  const Spec& spec = impl->spec;
+
+  if (options.check_sha256) {
+    const std::vector<char> lib = detail::read_record(package_path, spec.model_library_record);
+    const std::string digest = detail::sha256_hex(lib.data(), lib.size());
+    if (digest != spec.model_library_sha256 || static_cast<int64_t>(lib.size()) != spec.model_library_size) {
+      throw Error(ErrorCode::Package, package_path + ": the compiled model library is damaged (SHA-256 " + digest +
+                                          ", " + std::to_string(lib.size()) + " bytes; the spec says " +
+                                          spec.model_library_sha256 + ", " + std::to_string(spec.model_library_size) +
+                                          " bytes)");
+    }
+  }
+  detail::check_host(spec, options);
+  impl->libraries = detail::load_ops_libraries(spec, package_path, options.ops_libraries);
+  detail::check_registered(spec, impl->libraries);
+
+  impl->temp_dir = make_temp_dir();
+  try {
+    std::lock_guard<std::mutex> lock(g_env_mutex);
+    ScopedTmpdir tmpdir(impl->temp_dir);
+    impl->loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
+        package_path, "model", /*run_single_threaded=*/false, static_cast<size_t>(options.num_runners),
+        static_cast<c10::DeviceIndex>(options.device_index));
+  } catch (const Error&) {
+    throw;  // ~Impl removes the temporary directory
+  } catch (const std::exception& e) {
+    throw Error(ErrorCode::Package, "AOTInductor cannot load " + package_path + ": " + detail::short_what(e));
+  }
+  return Runtime(std::move(impl));
+}
+
+std::vector<Tensor> Runtime::run(const std::vector<TensorView>& inputs) const {
+  validate(impl_->spec, inputs);
+  std::vector<at::Tensor> args;
+  args.reserve(inputs.size());
+  for (const auto& v : inputs) args.push_back(detail::borrow(v));
+  std::vector<at::Tensor> outs;
+  try {
+    outs = impl_->loader->run(args);
+  } catch (const std::exception& e) {
+    throw Error(ErrorCode::Runtime, "the model failed: " + detail::short_what(e));
+  }
+  std::vector<Tensor> result;
+  result.reserve(outs.size());
+  for (auto& t : outs) result.push_back(detail::wrap(std::move(t)));
+  return result;
+}
+
+const Spec& Runtime::spec() const { return impl_->spec; }
+const std::vector<std::string>& Runtime::ops_libraries() const { return impl_->libraries; }
+
+namespace {
+
+struct Golden {
+  std::vector<std::string> names;
+  std::vector<std::vector<at::Tensor>> inputs, outputs;
+};
+
+Golden read_golden(const std::string& package_path, const Spec& spec) {
+  const std::vector<char> bytes = detail::read_record(package_path, spec.golden_record);
+  Golden g;
+  try {
+    const c10::IValue value = torch::jit::pickle_load(bytes);
+    const auto dict = value.toGenericDict();
+    auto tensors = [](const c10::IValue& cases) {
+      std::vector<std::vector<at::Tensor>> out;
+      for (const auto& c : cases.toListRef()) {
+        out.emplace_back();
+        for (const auto& t : c.toListRef()) out.back().push_back(t.toTensor());
+      }
+      return out;
+    };
+    for (const auto& n : dict.at("names").toListRef()) g.names.push_back(n.toStringRef());
+    g.inputs = tensors(dict.at("inputs"));
+    g.outputs = tensors(dict.at("outputs"));
+  } catch (const std::exception& e) {
+    throw Error(ErrorCode::Package, package_path + ": golden cases unreadable: " + detail::short_what(e));
+  }
+  if (g.names.empty() || g.names.size() != g.inputs.size() || g.names.size() != g.outputs.size()) {
+    throw Error(ErrorCode::Package, package_path + ": golden cases are inconsistent");
+  }
+  return g;
+}
+
+}  // namespace
+
+std::vector<Tensor> Runtime::example_inputs() const {
+  const Golden golden = read_golden(impl_->package_path, impl_->spec);
+  std::vector<Tensor> out;
+  for (const auto& t : golden.inputs.front()) out.push_back(detail::wrap(t));
+  return out;
+}
+
+VerifyReport Runtime::verify() const {
+  const Spec& spec = impl_->spec;
+  const Golden golden = read_golden(impl_->package_path, spec);
+  const auto& names = golden.names;
+  const auto& inputs = golden.inputs;
+  const auto& outputs = golden.outputs;
+  const bool cuda = spec.device == "cuda";
+  VerifyReport report;
+  for (size_t c = 0; c < names.size(); ++c) {
+    CaseReport r;
+    r.name = names[c];
+    std::vector<at::Tensor> in;
+    for (const auto& t : inputs[c]) in.push_back(cuda ? t.cuda().contiguous() : t.contiguous());
+    std::vector<TensorView> views;
+    for (const auto& t : in) views.push_back(detail::wrap(t).view());
+    std::vector<Tensor> actual;
+    try {
+      actual = run(views);
+    } catch (const Error& e) {
+      r.reason = e.what();
+      report.cases.push_back(r);
+      continue;
+    }
+    const auto& expected = outputs[c];
+    r.passed = actual.size() == expected.size();
+    if (!r.passed) r.reason = "expected " + std::to_string(expected.size()) + " outputs, got " + std::to_string(actual.size());
+    for (size_t o = 0; r.passed && o < expected.size(); ++o) {
+      const at::Tensor& e = expected[o];
+      const at::Tensor& a = actual[o].impl()->t;
+      if (a.sizes() != e.sizes() || a.scalar_type() != e.scalar_type()) {
+        r.passed = false;
+        r.reason = "output " + std::to_string(o) + ": expected " + c10::toString(e.scalar_type()) + " " +
+                   detail::shape_str(e.sizes().vec()) + ", got " + c10::toString(a.scalar_type()) + " " +
+                   detail::shape_str(a.sizes().vec());
+        break;
+      }
+      const auto dtype = detail::from_scalar_type(e.scalar_type());
+      const auto it = dtype ? spec.tolerances.find(dtype_name(*dtype)) : spec.tolerances.end();
+      const Tolerance tol = it != spec.tolerances.end() ? it->second : Tolerance{};
+      if (!close_enough(a, e, tol, r.max_abs_error, r.max_rel_error)) {
+        r.passed = false;
+        r.reason = "output " + std::to_string(o) + " differs beyond rtol " + std::to_string(tol.rtol) + ", atol " +
+                   std::to_string(tol.atol);
+      }
+    }
+    report.cases.push_back(r);
+  }
+  return report;
+}
+
+const char* version() { return kVersion; }
+
+}  // namespace pt2rt

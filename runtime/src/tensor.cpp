@@ -1,0 +1,202 @@
+// pt2rt::Tensor, dtypes, errors and tensor files.
+#include "internal.h"
+
+#include <torch/csrc/jit/serialization/pickle.h>
+
+#include <fstream>
+#include <iterator>
+#include <sstream>
+
+namespace pt2rt {
+
+namespace {
+
+struct DTypeInfo {
+  DType dtype;
+  const char* name;
+  at::ScalarType scalar;
+};
+
+constexpr DTypeInfo kDTypes[] = {
+    {DType::Float32, "float32", at::kFloat}, {DType::Float64, "float64", at::kDouble},
+    {DType::Float16, "float16", at::kHalf},  {DType::BFloat16, "bfloat16", at::kBFloat16},
+    {DType::Int64, "int64", at::kLong},      {DType::Int32, "int32", at::kInt},
+    {DType::Int16, "int16", at::kShort},     {DType::Int8, "int8", at::kChar},
+    {DType::UInt8, "uint8", at::kByte},      {DType::Bool, "bool", at::kBool},
+};
+
+const DTypeInfo& info(DType dtype) {
+  for (const auto& i : kDTypes)
+    if (i.dtype == dtype) return i;
+  throw Error(ErrorCode::Usage, "unknown pt2rt::DType " + std::to_string(static_cast<int>(dtype)));
+}
+
+}  // namespace
+
+const char* dtype_name(DType dtype) { return info(dtype).name; }
+std::size_t dtype_size(DType dtype) { return c10::elementSize(info(dtype).scalar); }
+std::optional<DType> dtype_from_name(std::string_view name) {
+  for (const auto& i : kDTypes)
+    if (name == i.name) return i.dtype;
+  return std::nullopt;
+}
+
+int exit_code(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::Usage: return 2;
+    case ErrorCode::Package: return 3;
+    case ErrorCode::OpsLibrary: return 4;
+    case ErrorCode::Input: return 5;
+    case ErrorCode::IO: return 6;
+    case ErrorCode::Runtime: return 7;
+  }
+  return 7;
+}
+
+const char* error_code_name(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::Usage: return "usage";
+    case ErrorCode::Package: return "package";
+    case ErrorCode::OpsLibrary: return "ops library";
+    case ErrorCode::Input: return "input";
+    case ErrorCode::IO: return "I/O";
+    case ErrorCode::Runtime: return "runtime";
+  }
+  return "runtime";
+}
+
+namespace detail {
+
+at::ScalarType to_scalar_type(DType dtype) { return info(dtype).scalar; }
+
+std::optional<DType> from_scalar_type(at::ScalarType t) {
+  for (const auto& i : kDTypes)
+    if (i.scalar == t) return i.dtype;
+  return std::nullopt;
+}
+
+Tensor wrap(at::Tensor t) {
+  auto dtype = from_scalar_type(t.scalar_type());
+  if (!dtype) throw Error(ErrorCode::Runtime, std::string("unsupported tensor dtype ") + c10::toString(t.scalar_type()));
+  auto impl = std::make_shared<Tensor::Impl>();
+  impl->t = t.contiguous();
+  impl->shape = impl->t.sizes().vec();
+  impl->dtype = *dtype;
+  return Tensor(std::move(impl));
+}
+
+at::Tensor borrow(const TensorView& view) {
+  auto options = at::TensorOptions().dtype(to_scalar_type(view.dtype));
+  options = view.device == Device::CUDA ? options.device(at::kCUDA, static_cast<c10::DeviceIndex>(view.device_index))
+                                        : options.device(at::kCPU);
+  return at::from_blob(const_cast<void*>(view.data), view.shape, options);
+}
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::ostringstream s;
+  s << "[";
+  for (size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
+  s << "]";
+  return s.str();
+}
+
+std::string short_what(const std::exception& e) {
+  std::string text;
+  if (const auto* c10e = dynamic_cast<const c10::Error*>(&e)) {
+    text = c10e->what_without_backtrace();
+  } else {
+    text = e.what();
+  }
+  const auto nl = text.find('\n');
+  if (nl != std::string::npos) text.resize(nl);
+  return text;
+}
+
+}  // namespace detail
+
+Tensor::Tensor() : impl_(std::make_shared<Impl>(Impl{at::Tensor(), {}, DType::Float32})) {}
+Tensor::Tensor(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Tensor Tensor::copy_of(const TensorView& view) {
+  if (view.data == nullptr && !view.shape.empty()) {
+    int64_t n = 1;
+    for (auto d : view.shape) n *= d;
+    if (n != 0) throw Error(ErrorCode::Usage, "Tensor::copy_of: the view's data is null");
+  }
+  return detail::wrap(detail::borrow(view).to(at::kCPU, /*non_blocking=*/false, /*copy=*/true));
+}
+
+const void* Tensor::data() const { return impl_->t.defined() ? impl_->t.const_data_ptr() : nullptr; }
+void* Tensor::mutable_data() { return impl_->t.defined() ? impl_->t.mutable_data_ptr() : nullptr; }
+const std::vector<int64_t>& Tensor::shape() const { return impl_->shape; }
+DType Tensor::dtype() const { return impl_->dtype; }
+Device Tensor::device() const { return impl_->t.defined() && impl_->t.is_cuda() ? Device::CUDA : Device::CPU; }
+int64_t Tensor::numel() const { return impl_->t.defined() ? impl_->t.numel() : 0; }
+std::size_t Tensor::nbytes() const { return impl_->t.defined() ? impl_->t.nbytes() : 0; }
+
+TensorView Tensor::view() const {
+  TensorView v;
+  v.data = data();
+  v.shape = impl_->shape;
+  v.dtype = impl_->dtype;
+  v.device = device();
+  v.device_index = impl_->t.defined() && impl_->t.is_cuda() ? impl_->t.device().index() : 0;
+  return v;
+}
+
+Tensor Tensor::to_cpu() const {
+  if (device() == Device::CPU) return *this;
+  return detail::wrap(impl_->t.cpu());
+}
+
+std::vector<Tensor> load_tensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(ErrorCode::IO, "cannot read tensor file " + path + ": " + std::strerror(errno));
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  c10::IValue value;
+  try {
+    value = torch::jit::pickle_load(bytes);
+  } catch (const std::exception& e) {
+    throw Error(ErrorCode::IO, path + " is not a tensor file written by torch.save (zip format): " +
+                                   detail::short_what(e));
+  }
+  std::vector<Tensor> out;
+  auto add = [&](const c10::IValue& v) {
+    if (!v.isTensor()) throw Error(ErrorCode::IO, path + " holds a " + v.tagKind() + "; expected tensors");
+    out.push_back(detail::wrap(v.toTensor()));
+  };
+  if (value.isTensor()) {
+    add(value);
+  } else if (value.isList()) {
+    for (const auto& v : value.toListRef()) add(v);
+  } else if (value.isTuple()) {
+    for (const auto& v : value.toTupleRef().elements()) add(v);
+  } else {
+    throw Error(ErrorCode::IO, path + " holds a " + value.tagKind() + "; expected a tensor or a list of tensors");
+  }
+  return out;
+}
+
+void save_tensors(const std::string& path, const std::vector<Tensor>& tensors) {
+  c10::IValue value;
+  if (tensors.size() == 1) {
+    value = tensors[0].impl()->t;
+  } else {
+    c10::List<at::Tensor> list;
+    for (const auto& t : tensors) list.push_back(t.impl()->t);
+    value = list;
+  }
+  std::vector<char> bytes;
+  try {
+    bytes = torch::jit::pickle_save(value);
+  } catch (const std::exception& e) {
+    throw Error(ErrorCode::IO, "cannot serialise the tensors for " + path + ": " + detail::short_what(e));
+  }
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) throw Error(ErrorCode::IO, "cannot write " + path + ": " + std::strerror(errno));
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  out.close();
+  if (!out) throw Error(ErrorCode::IO, "cannot write " + path + ": " + std::strerror(errno));
+}
+
+}  // namespace pt2rt

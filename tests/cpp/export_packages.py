@@ -1,0 +1,133 @@
+"""Exports the packages the C++ tests run (once per build: skipped when nothing that shapes them changed).
+
+Writes into OUT: net_dynamic.pt2 (identity_conv_net, batch 1..32), op_static.pt2 (the op alone), tensor files
+for pt2run (net_input.pt, net_expected.pt, a list file), and bad/*.pt2: damaged or foreign packages.
+"""
+
+import argparse
+import hashlib
+import io
+import json
+import os
+import random
+import shutil
+import sys
+import zipfile
+from pathlib import Path
+
+import torch
+
+import export_tools
+from export_tools import export_package, models
+from export_tools.export import SPEC_KEY
+
+
+def fingerprint() -> str:
+    h = hashlib.sha256(torch.__version__.encode())
+    for path in sorted(Path(export_tools.__file__).parent.glob("*.py")) + [Path(__file__), export_tools.library_path()]:
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def rewrite(src: Path, dst: Path, edit_spec=None, edit_record=None):
+    """Copy a package record by record, editing the spec or one record's bytes."""
+    from torch.export.pt2_archive._package import PT2ArchiveReader, PT2ArchiveWriter
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.parent / "tmp" / src.name  # the archive root is named after the file: keep the name, then rename
+    tmp.parent.mkdir(exist_ok=True)
+    with PT2ArchiveReader(str(src)) as reader, PT2ArchiveWriter(str(tmp)) as writer:
+        for name in reader.get_file_names():
+            if name == ".data/serialization_id":
+                continue
+            data = reader.read_bytes(name)
+            if edit_spec and name.endswith("_metadata.json"):
+                md = json.loads(data)
+                spec = json.loads(md[SPEC_KEY])
+                result = edit_spec(spec)
+                if result is None:
+                    del md[SPEC_KEY]
+                else:
+                    md[SPEC_KEY] = json.dumps(result)
+                data = json.dumps(md).encode()
+            if edit_record:
+                data = edit_record(name, data)
+            writer.write_bytes(name, data)
+    os.replace(tmp, dst)
+    tmp.parent.rmdir()
+
+
+def with_spec(**changes):
+    def edit(spec):
+        spec.update(changes)
+        return spec
+    return edit
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True, type=Path)
+    out = parser.parse_args().out
+    stamp = out / "fingerprint"
+    fp = fingerprint()
+    if stamp.is_file() and stamp.read_text() == fp:
+        print(f"test packages in {out} are up to date")
+        return 0
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+
+    model, inputs = models.identity_conv_net()
+    net = export_package(model, inputs, out / "net_dynamic.pt2", dynamic_batch=(1, 32))
+    op_model, op_inputs = models.identity_conv_op_only()
+    export_package(op_model, op_inputs, out / "op_static.pt2")
+
+    x = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(7))
+    torch.save(x, out / "net_input.pt")
+    with torch.no_grad():
+        torch.save(model(x), out / "net_expected.pt")
+    torch.save([x, x], out / "two_tensors.pt")
+    torch.save({"x": x}, out / "dict.pt")
+    torch.save(x.double(), out / "net_input_float64.pt")
+
+    bad = out / "bad"
+    bad.mkdir()
+    data = net.read_bytes()
+    (bad / "empty.pt2").write_bytes(b"")
+    (bad / "truncated.pt2").write_bytes(data[: len(data) // 2])
+    (bad / "random.pt2").write_bytes(random.Random(0).randbytes(100_000))
+    with zipfile.ZipFile(bad / "not_package.pt2", "w") as zf:
+        zf.writestr("archive/hello.txt", "not a model")
+    (bad / "text.pt").write_text("not a tensor file")
+
+    def cut_library(name, data):
+        return data[: len(data) // 2] if name.endswith(".wrapper.so") else data
+
+    def flip_library(name, data):
+        if not name.endswith(".wrapper.so"):
+            return data
+        mutable = bytearray(data)
+        for i in range(4096, len(mutable), 4096):
+            mutable[i] ^= 0xFF
+        return bytes(mutable)
+
+    rewrite(net, bad / "damaged_lib.pt2", edit_record=flip_library)
+    rewrite(net, bad / "cut_lib.pt2", edit_record=cut_library)
+    rewrite(net, bad / "no_spec.pt2", edit_spec=lambda spec: None)
+    rewrite(net, bad / "bad_spec_format.pt2", edit_spec=with_spec(format="pt2rt-spec/99"))
+    from torch._inductor import cpu_vec_isa
+    host = {str(i).lower() for i in cpu_vec_isa.valid_vec_isa_list()}
+    rewrite(net, bad / "other_isa.pt2", edit_spec=with_spec(cpu_isa="avx512" if "avx512" not in host else "neon"))
+    rewrite(net, bad / "other_torch.pt2", edit_spec=with_spec(torch_version="2.0.0+cpu"))
+    rewrite(net, bad / "cuda_device.pt2", edit_spec=with_spec(device="cuda", cuda={"version": "13.0",
+                                                                                    "compute_capability": "9.0"}))
+    rewrite(net, bad / "unknown_library.pt2",
+            edit_spec=lambda s: {**s, "libraries": ["libnot_there.so"],
+                                 "custom_ops": [{**o, "library": "libnot_there.so"} for o in s["custom_ops"]],
+                                 "custom_classes": [{**c, "library": "libnot_there.so"} for c in s["custom_classes"]]})
+    stamp.write_text(fp)
+    print(f"exported test packages into {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
