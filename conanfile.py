@@ -1,4 +1,5 @@
 import os
+import sys
 
 from conan import ConanFile
 from conan.tools.cmake import CMake, CMakeDeps, CMakeToolchain, cmake_layout
@@ -44,6 +45,8 @@ class Pt2rtConan(ConanFile):
         tc = CMakeToolchain(self)
         tc.cache_variables["OPS_CUDA"] = "ON" if self.options.flavour == "cuda" else "OFF"
         tc.cache_variables["PT2RT_BUILD_TESTS"] = bool(self.options.with_tests)
+        # the venv's Python (it runs Conan): exports the packages the C++ tests run
+        tc.cache_variables["PT2RT_PYTHON"] = sys.executable
         tc.generate()
         CMakeDeps(self).generate()
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The main job end to end: build the ops library, use it from Python, export the example models to packages.
+# The main job end to end: build, use the ops from Python, export the example models, install the relocatable
+# bundle into dist/ and run the package there with pt2run - no Python.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 "$ROOT/scripts/build.sh"
 export IDENTITY_CONV_OPS_LIBRARY=$BUILD_DIR/lib/libidentity_conv_ops.so
@@ -21,3 +22,36 @@ log "what the package says about itself"
 "$PYTHON" -m export_tools inspect "$MODELS/identity_conv_net.pt2"
 log "its golden cases, run in Python"
 "$PYTHON" -m export_tools -q verify "$MODELS/identity_conv_net.pt2"
+
+DIST=$ROOT/dist
+log "install the bundle -> dist/ (pt2run, libpt2rt, the ops library, the libtorch it needs, the model)"
+rm -rf "$DIST"
+cmake --install "$BUILD_DIR" --prefix "$DIST" >/dev/null
+cmake --install "$BUILD_DIR" --prefix "$DIST" --component bundle >/dev/null
+mkdir -p "$DIST/models"
+cp "$MODELS/identity_conv_net.pt2" "$DIST/models/"
+"$PYTHON" - "$DIST/models/frame.pt" <<'PY'
+import sys, torch
+torch.save(torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(1)), sys.argv[1])
+PY
+
+unset IDENTITY_CONV_OPS_LIBRARY
+log "env -i dist/bin/pt2run info dist/models/identity_conv_net.pt2"
+env -i "$DIST/bin/pt2run" info "$DIST/models/identity_conv_net.pt2"
+log "env -i dist/bin/pt2run verify dist/models/identity_conv_net.pt2"
+env -i "$DIST/bin/pt2run" verify "$DIST/models/identity_conv_net.pt2"
+log "env -i dist/bin/pt2run run dist/models/identity_conv_net.pt2 --input frame.pt --output out.pt"
+env -i "$DIST/bin/pt2run" run "$DIST/models/identity_conv_net.pt2" --input "$DIST/models/frame.pt" \
+  --output "$DIST/models/out.pt"
+"$PYTHON" - "$DIST/models/frame.pt" "$DIST/models/out.pt" <<'PY'
+import sys, torch
+from export_tools import models
+model, _ = models.identity_conv_net()
+x, y = torch.load(sys.argv[1]), torch.load(sys.argv[2])
+with torch.no_grad():
+    torch.testing.assert_close(y, model(x))
+print(f"pt2run's output for a {list(x.shape)} frame equals the eager PyTorch model's: {list(y.shape)}")
+PY
+log "summary"
+echo "dist/ holds $(du -sh "$DIST" | cut -f1): bin/pt2run, lib/ (libpt2rt, libidentity_conv_ops, libtorch), include/pt2rt,"
+echo "lib/cmake/pt2rt, models/identity_conv_net.pt2 - move it anywhere; no Python needed there."

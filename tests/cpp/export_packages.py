@@ -110,7 +110,11 @@ def main():
             mutable[i] ^= 0xFF
         return bytes(mutable)
 
+    def junk_library(name, data):
+        return b"not an ELF file " * 1000 if name.endswith(".wrapper.so") else data
+
     rewrite(net, bad / "damaged_lib.pt2", edit_record=flip_library)
+    rewrite(net, bad / "junk_lib.pt2", edit_record=junk_library)
     rewrite(net, bad / "cut_lib.pt2", edit_record=cut_library)
     rewrite(net, bad / "no_spec.pt2", edit_spec=lambda spec: None)
     rewrite(net, bad / "bad_spec_format.pt2", edit_spec=with_spec(format="pt2rt-spec/99"))

@@ -23,7 +23,7 @@ std::string run(const std::string& command) {
 std::vector<std::string> shipped() {
   std::vector<std::string> files;
   std::stringstream list(PT2RT_SHIPPED_BINARIES);
-  for (std::string f; std::getline(list, f, ';');) files.push_back(f);
+  for (std::string f; std::getline(list, f, ':');) files.push_back(f);  // ':'-separated
   return files;
 }
 

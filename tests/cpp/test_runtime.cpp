@@ -1,0 +1,314 @@
+// pt2rt::Runtime and pt2run on the packages export_packages.py made (ctest fixture "packages").
+#include <pt2rt/aten.h>
+#include <pt2rt/pt2rt.h>
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kPackages = PT2RT_TEST_PACKAGES;
+const std::string kOps = IDENTITY_CONV_OPS_LIBRARY;
+const std::string kPt2run = PT2RUN_BINARY;
+const std::string kNet = kPackages + "/net_dynamic.pt2";
+const std::string kOp = kPackages + "/op_static.pt2";
+
+pt2rt::Options with_ops(int runners = 1) {
+  pt2rt::Options o;
+  o.ops_libraries = {kOps};
+  o.num_runners = runners;
+  return o;
+}
+
+pt2rt::TensorView view_of(const at::Tensor& t) {
+  return pt2rt::TensorView{t.const_data_ptr(), t.sizes().vec(), pt2rt::DType::Float32};
+}
+
+at::Tensor run1(const pt2rt::Runtime& rt, const at::Tensor& x) { return pt2rt::run(rt, {x}).at(0); }
+
+// The error a call throws, as (code, message); fails the test when it throws nothing.
+template <typename F>
+std::pair<pt2rt::ErrorCode, std::string> error_of(F&& f) {
+  try {
+    f();
+  } catch (const pt2rt::Error& e) {
+    return {e.code(), e.what()};
+  }
+  ADD_FAILURE() << "no pt2rt::Error thrown";
+  return {pt2rt::ErrorCode::Usage, ""};
+}
+
+#define EXPECT_ERROR(call, expected_code, fragment)                                      \
+  do {                                                                                   \
+    auto [code_, message_] = error_of([&] { call; });                                    \
+    EXPECT_EQ(std::string(pt2rt::error_code_name(code_)), pt2rt::error_code_name(expected_code)) << message_; \
+    EXPECT_NE(message_.find(fragment), std::string::npos) << message_;                   \
+    EXPECT_EQ(message_.find('\n'), std::string::npos) << "not one line: " << message_;  \
+  } while (0)
+
+int shell(const std::string& command) {
+  const int status = std::system(command.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(Runtime, GoldenCasesPassForEveryPackage) {
+  for (const auto& package : {kNet, kOp}) {
+    const pt2rt::Runtime rt = pt2rt::Runtime::load(package, with_ops());
+    const pt2rt::VerifyReport report = rt.verify();
+    EXPECT_TRUE(report.passed()) << package;
+    EXPECT_EQ(report.cases.size(), rt.spec().golden_names.size());
+    for (const auto& c : report.cases) EXPECT_TRUE(c.passed) << package << " " << c.name << ": " << c.reason;
+  }
+}
+
+TEST(Runtime, SpecDescribesThePackage) {
+  const pt2rt::Spec spec = pt2rt::Runtime::read_spec(kNet);
+  EXPECT_EQ(spec.format, "pt2rt-spec/1");
+  ASSERT_EQ(spec.inputs.size(), 1u);
+  EXPECT_EQ(spec.inputs[0].shape, (std::vector<int64_t>{-1, 3, 32, 32}));
+  ASSERT_EQ(spec.inputs[0].dynamic_dims.size(), 1u);
+  EXPECT_EQ(spec.inputs[0].dynamic_dims[0].min, 1);
+  EXPECT_EQ(spec.inputs[0].dynamic_dims[0].max.value_or(-1), 32);
+  EXPECT_EQ(spec.libraries, std::vector<std::string>{"libidentity_conv_ops.so"});
+  EXPECT_EQ(spec.custom_classes.at(0).name, "my_ops::IdentityConvClass");
+  EXPECT_EQ(spec.model_library_sha256.size(), 64u);
+}
+
+TEST(Runtime, MatchesTheEagerModelFromPython) {
+  const pt2rt::Runtime rt = pt2rt::Runtime::load(kNet, with_ops());
+  const auto x = pt2rt::load_tensors(kPackages + "/net_input.pt").at(0);
+  const auto expected = pt2rt::to_aten(pt2rt::load_tensors(kPackages + "/net_expected.pt").at(0));
+  const auto out = rt.run({x.view()});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(at::allclose(pt2rt::to_aten(out[0]), expected, 1.3e-6, 1e-5));
+}
+
+TEST(Runtime, DynamicBatchAtMinMaxAndBetween) {
+  const pt2rt::Runtime rt = pt2rt::Runtime::load(kNet, with_ops());
+  at::manual_seed(0);
+  for (int64_t batch : {1, 2, 17, 31, 32}) {
+    const at::Tensor x = at::randn({batch, 3, 32, 32});
+    const at::Tensor y = run1(rt, x);
+    ASSERT_EQ(y.sizes(), (at::IntArrayRef{batch, 8, 32, 32}));
+    for (int64_t i = 0; i < batch; i += std::max<int64_t>(1, batch / 4)) {  // a batch is its samples run alone
+      EXPECT_TRUE(at::allclose(y[i], run1(rt, x.slice(0, i, i + 1).contiguous())[0], 1e-5, 1e-5)) << batch << "/" << i;
+    }
+  }
+}
+
+TEST(Runtime, AtenOverloadAcceptsAnyLayout) {
+  const pt2rt::Runtime rt = pt2rt::Runtime::load(kNet, with_ops());
+  const at::Tensor x = at::randn({4, 3, 32, 32});
+  const at::Tensor expected = run1(rt, x);
+  EXPECT_TRUE(at::allclose(run1(rt, x.contiguous(at::MemoryFormat::ChannelsLast)), expected, 1e-5, 1e-5));
+  const at::Tensor wide = at::randn({4, 3, 32, 64});
+  EXPECT_TRUE(at::allclose(run1(rt, wide.slice(3, 0, 64, 2)), run1(rt, wide.slice(3, 0, 64, 2).contiguous()), 0, 0));
+}
+
+class Threads : public testing::TestWithParam<int> {};
+
+TEST_P(Threads, ManyThreadsShareOneRuntime) {
+  const pt2rt::Runtime rt = pt2rt::Runtime::load(kNet, with_ops(GetParam()));
+  at::manual_seed(1);
+  std::vector<at::Tensor> inputs, expected;
+  for (int64_t batch : {1, 2, 5, 8, 13}) {
+    inputs.push_back(at::randn({batch, 3, 32, 32}));
+    expected.push_back(run1(rt, inputs.back()));
+  }
+  std::atomic<int> mismatches{0}, errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(t);
+      for (int i = 0; i < 150; ++i) {
+        const size_t k = rng() % inputs.size();
+        try {
+          const auto out = rt.run({view_of(inputs[k])});
+          if (!at::allclose(pt2rt::to_aten(out.at(0)), expected[k], 1e-5, 1e-5)) ++mismatches;
+        } catch (const std::exception&) {
+          ++errors;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(mismatches.load(), 0);
+  EXPECT_EQ(errors.load(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Runners, Threads, testing::Values(1, 4));
+
+TEST(RuntimeErrors, BadPackages) {
+  const std::string bad = kPackages + "/bad/";
+  EXPECT_ERROR(pt2rt::Runtime::load(kPackages + "/missing.pt2", with_ops()), pt2rt::ErrorCode::Package,
+               "No such file or directory");
+  EXPECT_ERROR(pt2rt::Runtime::load(kPackages, with_ops()), pt2rt::ErrorCode::Package, "is a directory");
+  EXPECT_ERROR(pt2rt::Runtime::load(bad + "empty.pt2", with_ops()), pt2rt::ErrorCode::Package, "is empty");
+  EXPECT_ERROR(pt2rt::Runtime::load(bad + "truncated.pt2", with_ops()), pt2rt::ErrorCode::Package, "not a .pt2 package");
+  EXPECT_ERROR(pt2rt::Runtime::load(bad + "random.pt2", with_ops()), pt2rt::ErrorCode::Package, "not a .pt2 package");
+  EXPECT_ERROR(pt2rt::Runtime::load(bad + "not_package.pt2", with_ops()), pt2rt::ErrorCode::Package,
+               "not a .pt2 package");
+  EXPECT_ERROR(pt2rt::Runtime::load(bad + "damaged_lib.pt2", with_ops()), pt2rt::ErrorCode::Package,
+               "the compiled model library is damaged");
+  EXPECT_ERROR(pt2rt::Runtime::load(bad + "cut_lib.pt2", with_ops()), pt2rt::ErrorCode::Package, "damaged");
+  EXPECT_ERROR(pt2rt::Runtime::load(bad + "no_spec.pt2", with_ops()), pt2rt::ErrorCode::Package, "no pt2rt spec");
+  EXPECT_ERROR(pt2rt::Runtime::load(bad + "bad_spec_format.pt2", with_ops()), pt2rt::ErrorCode::Package,
+               "spec format 'pt2rt-spec/99' is not supported");
+  EXPECT_ERROR(pt2rt::Runtime::load(bad + "other_isa.pt2", with_ops()), pt2rt::ErrorCode::Package,
+               "which this CPU does not support");
+  EXPECT_ERROR(pt2rt::Runtime::load(bad + "other_torch.pt2", with_ops()), pt2rt::ErrorCode::Package,
+               "exported with torch 2.0.0+cpu");
+  if (!at::hasCUDA()) {
+    EXPECT_ERROR(pt2rt::Runtime::load(bad + "cuda_device.pt2", with_ops()), pt2rt::ErrorCode::Package,
+                 "no usable CUDA device");
+  }
+}
+
+TEST(RuntimeErrors, OpsLibraries) {
+  pt2rt::Options o;
+  o.ops_libraries = {kPackages + "/libmissing.so"};
+  EXPECT_ERROR(pt2rt::Runtime::load(kNet, o), pt2rt::ErrorCode::OpsLibrary, "does not exist");
+  o.ops_libraries = {kPackages + "/net_input.pt"};
+  EXPECT_ERROR(pt2rt::Runtime::load(kNet, o), pt2rt::ErrorCode::OpsLibrary, "cannot load ops library");
+  o.ops_libraries = {PT2RT_LIBRARY};  // a real library, without my_ops
+  EXPECT_ERROR(pt2rt::Runtime::load(kOp, o), pt2rt::ErrorCode::OpsLibrary,
+               "op my_ops::identity_conv_op (from libidentity_conv_ops.so)");
+  unsetenv("PT2RT_OPS_PATH");
+  EXPECT_ERROR(pt2rt::Runtime::load(kPackages + "/bad/unknown_library.pt2"), pt2rt::ErrorCode::OpsLibrary,
+               "the package needs libnot_there.so, which was not found");
+}
+
+TEST(RuntimeErrors, OpsLibraryFoundThroughTheSearchPath) {
+  setenv("PT2RT_OPS_PATH", fs::path(kOps).parent_path().c_str(), 1);
+  const pt2rt::Runtime rt = pt2rt::Runtime::load(kOp);
+  ASSERT_EQ(rt.ops_libraries().size(), 1u);
+  EXPECT_EQ(fs::path(rt.ops_libraries()[0]).filename(), "libidentity_conv_ops.so");
+  EXPECT_TRUE(rt.verify().passed());
+}
+
+TEST(RuntimeErrors, BadInputs) {
+  const pt2rt::Runtime rt = pt2rt::Runtime::load(kNet, with_ops());
+  const at::Tensor x = at::randn({2, 3, 32, 32});
+  const at::Tensor x64 = x.to(at::kDouble);
+  const at::Tensor xl = at::ones({2, 3, 32, 32}, at::kLong);
+  const at::Tensor big = at::randn({33, 3, 32, 32});
+  using pt2rt::DType;
+  using pt2rt::ErrorCode;
+  using V = pt2rt::TensorView;
+  EXPECT_ERROR(rt.run({}), ErrorCode::Input, "expected 1 input (x), got 0");
+  EXPECT_ERROR(rt.run({view_of(x), view_of(x)}), ErrorCode::Input, "expected 1 input (x), got 2");
+  EXPECT_ERROR(rt.run({V{x64.const_data_ptr(), {2, 3, 32, 32}, DType::Float64}}), ErrorCode::Input,
+               "input 0 (x): expected dtype float32, got float64");
+  EXPECT_ERROR(rt.run({V{xl.const_data_ptr(), {2, 3, 32, 32}, DType::Int64}}), ErrorCode::Input, "got int64");
+  EXPECT_ERROR(rt.run({V{x.const_data_ptr(), {3, 32, 32}, DType::Float32}}), ErrorCode::Input,
+               "expected 4 dims [batch, 3, 32, 32], got 3 dims [3, 32, 32]");
+  EXPECT_ERROR(rt.run({V{x.const_data_ptr(), {1, 3, 32, 32, 1}, DType::Float32}}), ErrorCode::Input, "got 5 dims");
+  EXPECT_ERROR(rt.run({V{x.const_data_ptr(), {1, 3, 64, 16}, DType::Float32}}), ErrorCode::Input,
+               "(dim 2 must be 32)");
+  EXPECT_ERROR(rt.run({V{x.const_data_ptr(), {1, 3, 16, 16}, DType::Float32}}), ErrorCode::Input, "dim 2 must be 32");
+  EXPECT_ERROR(rt.run({V{x.const_data_ptr(), {2, 4, 32, 32}, DType::Float32}}), ErrorCode::Input, "dim 1 must be 3");
+  EXPECT_ERROR(rt.run({V{big.const_data_ptr(), {33, 3, 32, 32}, DType::Float32}}), ErrorCode::Input,
+               "dim 0 (batch) must be in 1..32, got 33");
+  EXPECT_ERROR(rt.run({V{x.const_data_ptr(), {0, 3, 32, 32}, DType::Float32}}), ErrorCode::Input,
+               "dim 0 (batch) must be in 1..32, got 0");
+  EXPECT_ERROR(rt.run({V{nullptr, {1, 3, 32, 32}, DType::Float32}}), ErrorCode::Input, "data is null");
+  EXPECT_ERROR(rt.run({V{x.const_data_ptr(), {1, 3, 32, 32}, DType::Float32, pt2rt::Device::CUDA}}), ErrorCode::Input,
+               "expected a cpu tensor, got a cuda tensor");
+  // and the runtime still works afterwards
+  EXPECT_EQ(rt.run({view_of(x)}).at(0).shape(), (std::vector<int64_t>{2, 8, 32, 32}));
+}
+
+TEST(RuntimeErrors, NoTemporaryDirectoryIsLeftBehind) {
+  const fs::path tmp = fs::temp_directory_path() / ("pt2rt-test-" + std::to_string(getpid()));
+  fs::create_directories(tmp);
+  setenv("TMPDIR", tmp.c_str(), 1);
+  {
+    const pt2rt::Runtime rt = pt2rt::Runtime::load(kNet, with_ops());
+    EXPECT_FALSE(fs::is_empty(tmp)) << "the package is extracted below TMPDIR while loaded";
+  }
+  EXPECT_TRUE(fs::is_empty(tmp)) << "left behind after the runtime was destroyed";
+  pt2rt::Options unchecked = with_ops();
+  unchecked.check_sha256 = false;  // let AOTInductor itself fail on the damaged library
+  EXPECT_ERROR(pt2rt::Runtime::load(kPackages + "/bad/junk_lib.pt2", unchecked), pt2rt::ErrorCode::Package,
+               "AOTInductor cannot load");
+  EXPECT_TRUE(fs::is_empty(tmp)) << "left behind after a failed load";
+  fs::remove_all(tmp);
+}
+
+TEST(RuntimeErrors, TensorFiles) {
+  EXPECT_ERROR(pt2rt::load_tensors(kPackages + "/nope.pt"), pt2rt::ErrorCode::IO, "cannot read tensor file");
+  EXPECT_ERROR(pt2rt::load_tensors(kPackages + "/bad/text.pt"), pt2rt::ErrorCode::IO, "is not a tensor file");
+  EXPECT_ERROR(pt2rt::load_tensors(kPackages + "/dict.pt"), pt2rt::ErrorCode::IO, "expected a tensor or a list");
+  EXPECT_EQ(pt2rt::load_tensors(kPackages + "/two_tensors.pt").size(), 2u);
+  const fs::path out = fs::temp_directory_path() / ("pt2rt-roundtrip-" + std::to_string(getpid()) + ".pt");
+  const auto x = pt2rt::load_tensors(kPackages + "/net_input.pt");
+  pt2rt::save_tensors(out, {x[0], x[0]});
+  const auto back = pt2rt::load_tensors(out);
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_TRUE(at::equal(pt2rt::to_aten(back[1]), pt2rt::to_aten(x[0])));
+  fs::remove(out);
+  EXPECT_ERROR(pt2rt::save_tensors("/nonexistent-dir/out.pt", x), pt2rt::ErrorCode::IO, "cannot write");
+}
+
+TEST(Pt2run, ExitCodes) {
+  const std::string run = kPt2run + " ";
+  const std::string ops = " --ops " + kOps;
+  const std::string quiet = " >/dev/null 2>&1";
+  EXPECT_EQ(shell(run + "info " + kNet + quiet), 0);
+  EXPECT_EQ(shell(run + "info --json " + kNet + quiet), 0);
+  EXPECT_EQ(shell(run + "verify " + kNet + ops + quiet), 0);
+  EXPECT_EQ(shell(run + quiet), 2);
+  EXPECT_EQ(shell(run + "frobnicate" + quiet), 2);
+  EXPECT_EQ(shell(run + "bench " + kNet + " --iters 0" + ops + quiet), 2);
+  EXPECT_EQ(shell(run + "verify " + kPackages + "/bad/empty.pt2" + ops + quiet), 3);
+  EXPECT_EQ(shell(run + "verify " + kNet + " --ops /nonexistent/lib.so" + quiet), 4);
+  EXPECT_EQ(shell(run + "run " + kNet + ops + " -i " + kPackages + "/net_input_float64.pt -o /tmp/x.pt" + quiet), 5);
+  EXPECT_EQ(shell(run + "run " + kNet + ops + " -i " + kPackages + "/bad/text.pt -o /tmp/x.pt" + quiet), 6);
+  EXPECT_EQ(shell(run + "run " + kNet + ops + " -i " + kPackages + "/net_input.pt -o /nonexistent/x.pt" + quiet), 6);
+  EXPECT_EQ(shell(run + "--help" + quiet), 0);
+  for (const char* sub : {"info", "run", "verify", "bench"}) EXPECT_EQ(shell(run + sub + " --help" + quiet), 0) << sub;
+}
+
+TEST(Pt2run, RunWritesWhatTorchLoadReads) {
+  const fs::path out = fs::temp_directory_path() / ("pt2run-out-" + std::to_string(getpid()) + ".pt");
+  ASSERT_EQ(shell(kPt2run + " run " + kNet + " --ops " + kOps + " --input " + kPackages + "/net_input.pt --output " +
+                  out.string() + " 2>/dev/null"),
+            0);
+  const auto got = pt2rt::load_tensors(out);
+  const auto expected = pt2rt::load_tensors(kPackages + "/net_expected.pt");
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_TRUE(at::allclose(pt2rt::to_aten(got[0]), pt2rt::to_aten(expected[0]), 1.3e-6, 1e-5));
+  fs::remove(out);
+}
+
+TEST(Pt2run, RunsWithAnEmptyEnvironment) {
+  EXPECT_EQ(shell("env -i " + kPt2run + " verify " + kNet + " --ops " + kOps + " >/dev/null 2>&1"), 0);
+}
+
+TEST(Pt2run, BenchPrintsJson) {
+  const fs::path out = fs::temp_directory_path() / ("pt2run-bench-" + std::to_string(getpid()) + ".json");
+  ASSERT_EQ(shell(kPt2run + " bench " + kNet + " --ops " + kOps + " --warmup 2 --iters 20 --threads 2 --runners 2 "
+                  "--json > " + out.string()),
+            0);
+  std::ifstream in(out);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (const char* key : {"\"latency_ms\"", "\"p50\"", "\"p90\"", "\"p99\"", "\"mean\"", "\"throughput_per_s\""}) {
+    EXPECT_NE(text.find(key), std::string::npos) << key << " in " << text;
+  }
+  fs::remove(out);
+}
+
+}  // namespace
