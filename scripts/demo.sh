@@ -36,12 +36,18 @@ torch.save(torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(1))
 PY
 
 unset IDENTITY_CONV_OPS_LIBRARY
+run_env=(env -i)
+if [ "$FLAVOUR" = cuda ]; then
+  # torch's CUDA libraries find the NVIDIA libraries of the wheel through RPATH; the bundle does not carry them.
+  nvidia=$(ls -d "$VENV"/lib/python3*/site-packages/nvidia/*/lib | paste -sd:)
+  run_env=(env -i "LD_LIBRARY_PATH=$nvidia")
+fi
 log "env -i dist/bin/pt2run info dist/models/identity_conv_net.pt2"
-env -i "$DIST/bin/pt2run" info "$DIST/models/identity_conv_net.pt2"
+"${run_env[@]}" "$DIST/bin/pt2run" info "$DIST/models/identity_conv_net.pt2"
 log "env -i dist/bin/pt2run verify dist/models/identity_conv_net.pt2"
-env -i "$DIST/bin/pt2run" verify "$DIST/models/identity_conv_net.pt2"
+"${run_env[@]}" "$DIST/bin/pt2run" verify "$DIST/models/identity_conv_net.pt2"
 log "env -i dist/bin/pt2run run dist/models/identity_conv_net.pt2 --input frame.pt --output out.pt"
-env -i "$DIST/bin/pt2run" run "$DIST/models/identity_conv_net.pt2" --input "$DIST/models/frame.pt" \
+"${run_env[@]}" "$DIST/bin/pt2run" run "$DIST/models/identity_conv_net.pt2" --input "$DIST/models/frame.pt" \
   --output "$DIST/models/out.pt"
 "$PYTHON" - "$DIST/models/frame.pt" "$DIST/models/out.pt" <<'PY'
 import sys, torch
