@@ -1,6 +1,7 @@
 """Exports the packages the C++ tests run (once per build: skipped when nothing that shapes them changed).
 
-Writes into OUT: net_dynamic.pt2 (identity_conv_net, batch 1..32), op_static.pt2 (the op alone), tensor files
+Writes into OUT: net_dynamic.pt2 (identity_conv_net, batch 1..32), op_static.pt2 (the op alone), net_fp16.pt2 and
+net_bf16.pt2 (half-precision exports), tensor files
 for pt2run (net_input.pt, net_expected.pt, a list file), and bad/*.pt2: damaged or foreign packages.
 """
 
@@ -80,6 +81,9 @@ def main():
     net = export_package(model, inputs, out / "net_dynamic.pt2", dynamic_batch=(1, 32))
     op_model, op_inputs = models.identity_conv_op_only()
     export_package(op_model, op_inputs, out / "op_static.pt2")
+    for name, factory in (("net_fp16", models.identity_conv_net_fp16), ("net_bf16", models.identity_conv_net_bf16)):
+        half_model, half_inputs = factory()
+        export_package(half_model, half_inputs, out / f"{name}.pt2", golden=2)
 
     x = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(7))
     torch.save(x, out / "net_input.pt")

@@ -65,7 +65,7 @@ int shell(const std::string& command) {
 }
 
 TEST(Runtime, GoldenCasesPassForEveryPackage) {
-  for (const auto& package : {kNet, kOp}) {
+  for (const auto& package : {kNet, kOp, kPackages + "/net_fp16.pt2", kPackages + "/net_bf16.pt2"}) {
     const pt2rt::Runtime rt = pt2rt::Runtime::load(package, with_ops());
     const pt2rt::VerifyReport report = rt.verify();
     EXPECT_TRUE(report.passed()) << package;
