@@ -17,7 +17,7 @@ class Pt2rtConan(ConanFile):
     license = "BSD-3-Clause"
     description = ("Ship PyTorch models with custom C++/CUDA operators to pure C++ programs: the my_ops "
                    "library (libidentity_conv_ops.so) and the pt2rt runtime")
-    package_type = "application"
+    package_type = "shared-library"
     settings = "os", "arch", "compiler", "build_type"
     options = {"flavour": ["cpu", "cuda"], "with_tests": [True, False]}
     default_options = {"flavour": "cpu", "with_tests": True}
@@ -60,5 +60,12 @@ class Pt2rtConan(ConanFile):
         copy(self, "LICENSE", self.source_folder, os.path.join(self.package_folder, "licenses"))
 
     def package_info(self):
+        # consumers: find_package(pt2rt) -> pt2rt::pt2rt (libpt2rt.so, <pt2rt/pt2rt.h>); pt2run in bin/;
+        # libidentity_conv_ops.so in lib/, where the runtime looks for ops libraries
+        self.cpp_info.set_property("cmake_file_name", "pt2rt")
+        self.cpp_info.set_property("cmake_target_name", "pt2rt::pt2rt")
+        self.cpp_info.libs = ["pt2rt"]
         self.cpp_info.libdirs = ["lib"]
         self.cpp_info.bindirs = ["bin"]
+        self.cpp_info.includedirs = ["include"]
+        self.runenv_info.prepend_path("PT2RT_OPS_PATH", os.path.join(self.package_folder, "lib"))
