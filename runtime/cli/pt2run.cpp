@@ -229,7 +229,13 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "pt2run: error (usage): " << e.what() << "\nRun with --help for more information.\n";
+    std::string what = e.what();
+    const std::string first = argc > 1 ? argv[1] : "";
+    if (!first.empty() && first[0] != '-' && first != "info" && first != "run" && first != "verify" &&
+        first != "bench") {
+      what = std::string("unknown subcommand '") + argv[1] + "'; expected info, run, verify or bench";
+    }
+    std::cerr << "pt2run: error (usage): " << what << " (see pt2run --help)\n";
     return pt2rt::exit_code(pt2rt::ErrorCode::Usage);
   }
 

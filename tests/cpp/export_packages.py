@@ -90,6 +90,25 @@ def main():
     with torch.no_grad():
         torch.save(model(x), out / "net_expected.pt")
     torch.save([x, x], out / "two_tensors.pt")
+    # inputs of the wrong shape or dtype, for the bad-input matrix
+    torch.save(x[0], out / "rank3.pt")
+    torch.save(torch.randn(3, 3, 64, 32), out / "big_hw.pt")
+    torch.save(torch.randn(3, 3, 16, 32), out / "small_hw.pt")
+    torch.save(torch.randn(33, 3, 32, 32), out / "batch33.pt")
+    torch.save(torch.randn(0, 3, 32, 32), out / "batch0.pt")
+    torch.save(torch.ones(3, 3, 32, 32, dtype=torch.int64), out / "int64.pt")
+    # unusual but valid inputs, with the eager model's answers
+    unusual = {
+        "channels_last": x.contiguous(memory_format=torch.channels_last),
+        "sliced": torch.randn(3, 3, 64, 32, generator=torch.Generator().manual_seed(8))[:, :, ::2, :],
+        "nonfinite": x.clone().index_put_((torch.tensor([0]), torch.tensor([1]), torch.tensor([2]), torch.tensor([3])),
+                                          torch.tensor(float("nan"))).index_put_(
+            (torch.tensor([1]), torch.tensor([0]), torch.tensor([5]), torch.tensor([6])), torch.tensor(float("inf"))),
+    }
+    for name, value in unusual.items():
+        torch.save(value, out / f"{name}_input.pt")
+        with torch.no_grad():
+            torch.save(model(value.contiguous()), out / f"{name}_expected.pt")
     torch.save({"x": x}, out / "dict.pt")
     torch.save(x.double(), out / "net_input_float64.pt")
 

@@ -1,0 +1,161 @@
+// The bad-input matrix, through pt2run as a process: each case gets the documented exit code, one line on stderr
+// that says what was wrong with no torch internals, no crash, and leaves nothing in TMPDIR. Unusual but valid
+// inputs give the eager model's answer.
+#include <pt2rt/aten.h>
+#include <pt2rt/pt2rt.h>
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <string>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kP = PT2RT_TEST_PACKAGES;
+const std::string kOps = IDENTITY_CONV_OPS_LIBRARY;
+const std::string kNet = kP + "/net_dynamic.pt2";
+
+struct Case {
+  const char* name;
+  std::string args;  // after "pt2run"
+  int exit_code;
+  const char* fragment;  // expected in the error line
+};
+
+std::ostream& operator<<(std::ostream& os, const Case& c) { return os << c.name; }
+
+struct Result {
+  int exit_code = -1;
+  bool signaled = false;
+  std::string err;
+};
+
+// Runs pt2run with a fresh TMPDIR and an otherwise empty environment (plus PT2RT_OPS_PATH when given).
+Result run_pt2run(const std::string& args, const fs::path& tmpdir, const std::string& ops_path = "") {
+  const fs::path err = tmpdir.parent_path() / (tmpdir.filename().string() + ".stderr");
+  std::string cmd = "env -i TMPDIR=" + tmpdir.string() + (ops_path.empty() ? "" : " PT2RT_OPS_PATH=" + ops_path) + " " +
+                    PT2RUN_BINARY + " " + args + " >/dev/null 2>" + err.string();
+  const int status = std::system(cmd.c_str());
+  Result r;
+  r.signaled = WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) > 128);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream in(err);
+  r.err.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  fs::remove(err);
+  return r;
+}
+
+class Scratch {
+ public:
+  Scratch() {
+    dir_ = fs::temp_directory_path() / ("pt2run-matrix-" + std::to_string(getpid()) + "-" + std::to_string(count_++));
+    fs::create_directories(dir_);
+  }
+  ~Scratch() { fs::remove_all(dir_); }
+  const fs::path& dir() const { return dir_; }
+
+ private:
+  static inline int count_ = 0;
+  fs::path dir_;
+};
+
+class BadInput : public testing::TestWithParam<Case> {};
+
+TEST_P(BadInput, ClearErrorNoCrashNothingLeft) {
+  const Case& c = GetParam();
+  Scratch tmp;
+  const Result r = run_pt2run(c.args, tmp.dir());
+  EXPECT_FALSE(r.signaled) << "crashed: " << r.err;
+  EXPECT_EQ(r.exit_code, c.exit_code) << r.err;
+  ASSERT_FALSE(r.err.empty());
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "more than one line:\n" << r.err;
+  EXPECT_EQ(r.err.rfind("pt2run: error (", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find(c.fragment), std::string::npos) << "expected '" << c.fragment << "' in: " << r.err;
+  for (const char* internal : {"wrapper.cpp", "Exception raised from", "frame #", "miniz", "Could this error message"}) {
+    EXPECT_EQ(r.err.find(internal), std::string::npos) << "torch internals in: " << r.err;
+  }
+  EXPECT_TRUE(fs::is_empty(tmp.dir())) << "left behind in TMPDIR: " << fs::directory_iterator(tmp.dir())->path();
+}
+
+std::string verify(const std::string& package) { return "verify " + package + " --ops " + kOps; }
+std::string run_with(const std::string& input, const std::string& output = "/dev/null/never.pt") {
+  return "run " + kNet + " --ops " + kOps + " --input " + input + " --output " +
+         (output == "/dev/null/never.pt" ? fs::temp_directory_path().string() + "/pt2run-matrix-out.pt" : output);
+}
+
+const Case kCases[] = {
+    // packages
+    {"missing_package", verify(kP + "/missing.pt2"), 3, "No such file or directory"},
+    {"directory", verify(kP), 3, "is a directory"},
+    {"empty_file", verify(kP + "/bad/empty.pt2"), 3, "is empty"},
+    {"truncated", verify(kP + "/bad/truncated.pt2"), 3, "not a .pt2 package"},
+    {"random_bytes", verify(kP + "/bad/random.pt2"), 3, "not a .pt2 package"},
+    {"zip_not_package", verify(kP + "/bad/not_package.pt2"), 3, "not a .pt2 package"},
+    {"damaged_model_library", verify(kP + "/bad/damaged_lib.pt2"), 3, "compiled model library is damaged"},
+    {"cut_model_library", verify(kP + "/bad/cut_lib.pt2"), 3, "compiled model library is damaged"},
+    {"junk_model_library", verify(kP + "/bad/junk_lib.pt2"), 3, "compiled model library is damaged"},
+    {"no_spec", verify(kP + "/bad/no_spec.pt2"), 3, "no pt2rt spec"},
+    {"unknown_spec_format", verify(kP + "/bad/bad_spec_format.pt2"), 3, "pt2rt-spec/99"},
+    {"other_cpu_isa", verify(kP + "/bad/other_isa.pt2"), 3, "this CPU does not support"},
+    {"other_torch_version", verify(kP + "/bad/other_torch.pt2"), 3, "exported with torch 2.0.0"},
+    {"cuda_package_no_gpu", verify(kP + "/bad/cuda_device.pt2"), 3, "no usable CUDA device"},
+    {"info_of_garbage", "info " + kP + "/bad/random.pt2", 3, "not a .pt2 package"},
+    // ops libraries
+    {"ops_missing_path", "verify " + kNet + " --ops " + kP + "/libmissing.so", 4, "does not exist"},
+    {"ops_not_a_library", "verify " + kNet + " --ops " + kP + "/net_input.pt", 4, "cannot load ops library"},
+    {"ops_lacks_the_ops", std::string("verify ") + kNet + " --ops " + PT2RT_LIBRARY, 4,
+     "op my_ops::identity_conv_op (from libidentity_conv_ops.so)"},
+    {"ops_none_found", "verify " + kP + "/bad/unknown_library.pt2", 4, "needs libnot_there.so, which was not found"},
+    // inputs
+    {"input_count", run_with(kP + "/two_tensors.pt"), 5, "expected 1 input (x), got 2"},
+    {"input_rank", run_with(kP + "/rank3.pt"), 5, "expected 4 dims [batch, 3, 32, 32], got 3 dims"},
+    {"input_dim_larger", run_with(kP + "/big_hw.pt"), 5, "(dim 2 must be 32)"},
+    {"input_dim_smaller", run_with(kP + "/small_hw.pt"), 5, "(dim 2 must be 32)"},
+    {"batch_above_range", run_with(kP + "/batch33.pt"), 5, "dim 0 (batch) must be in 1..32, got 33"},
+    {"batch_zero", run_with(kP + "/batch0.pt"), 5, "dim 0 (batch) must be in 1..32, got 0"},
+    {"dtype_float64", run_with(kP + "/net_input_float64.pt"), 5, "expected dtype float32, got float64"},
+    {"dtype_int64", run_with(kP + "/int64.pt"), 5, "expected dtype float32, got int64"},
+    {"input_not_tensors", run_with(kP + "/dict.pt"), 6, "expected a tensor or a list of tensors"},
+    {"input_garbage", run_with(kP + "/bad/text.pt"), 6, "is not a tensor file"},
+    {"input_missing", run_with(kP + "/nope.pt"), 6, "cannot read tensor file"},
+    {"output_unwritable", run_with(kP + "/net_input.pt", "/nonexistent-dir/out.pt"), 6, "cannot write"},
+    // usage
+    {"no_subcommand", "", 2, "A subcommand is required"},
+    {"unknown_subcommand", "frobnicate", 2, "unknown subcommand 'frobnicate'; expected info, run, verify or bench"},
+    {"run_without_output", "run " + kNet + " --input " + kP + "/net_input.pt", 2, "--output is required"},
+    {"bench_zero_iters", "bench " + kNet + " --iters 0", 2, "--iters"},
+};
+
+INSTANTIATE_TEST_SUITE_P(Matrix, BadInput, testing::ValuesIn(kCases),
+                         [](const testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
+
+class UnusualInput : public testing::TestWithParam<const char*> {};
+
+TEST_P(UnusualInput, GivesTheEagerAnswer) {
+  const std::string name = GetParam();
+  Scratch tmp;
+  const fs::path out = tmp.dir().parent_path() / (tmp.dir().filename().string() + "-out.pt");
+  const Result r = run_pt2run(run_with(kP + "/" + name + "_input.pt", out.string()), tmp.dir());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const at::Tensor got = pt2rt::to_aten(pt2rt::load_tensors(out.string()).at(0));
+  const at::Tensor expected = pt2rt::to_aten(pt2rt::load_tensors(kP + "/" + name + "_expected.pt").at(0));
+  EXPECT_TRUE(at::allclose(got, expected, 1.3e-6, 1e-5, /*equal_nan=*/true));
+  EXPECT_EQ(at::isnan(got).sum().item<int64_t>(), at::isnan(expected).sum().item<int64_t>());
+  EXPECT_TRUE(fs::is_empty(tmp.dir()));
+  fs::remove(out);
+}
+
+INSTANTIATE_TEST_SUITE_P(Matrix, UnusualInput, testing::Values("channels_last", "sliced", "nonfinite"));
+
+}  // namespace
