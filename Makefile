@@ -3,7 +3,7 @@ FLAVOUR ?= cpu
 BUILD_TYPE ?= Release
 export FLAVOUR BUILD_TYPE
 
-.PHONY: demo test build bootstrap clean
+.PHONY: demo test build bootstrap sanitize clean
 demo:
 	@scripts/demo.sh
 test:
@@ -12,5 +12,7 @@ build:
 	@scripts/build.sh
 bootstrap:
 	@scripts/bootstrap.sh
+sanitize:
+	@scripts/sanitize.sh
 clean:
 	rm -rf build

@@ -12,6 +12,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -44,8 +45,11 @@ struct Result {
 // Runs pt2run with a fresh TMPDIR and an otherwise empty environment (plus PT2RT_OPS_PATH when given).
 Result run_pt2run(const std::string& args, const fs::path& tmpdir, const std::string& ops_path = "") {
   const fs::path err = tmpdir.parent_path() / (tmpdir.filename().string() + ".stderr");
-  std::string cmd = "env -i TMPDIR=" + tmpdir.string() + (ops_path.empty() ? "" : " PT2RT_OPS_PATH=" + ops_path) + " " +
-                    PT2RUN_BINARY + " " + args + " >/dev/null 2>" + err.string();
+  std::string env = "env -i TMPDIR=" + tmpdir.string() + (ops_path.empty() ? "" : " PT2RT_OPS_PATH=" + ops_path);
+  for (const char* name : {"ASAN_OPTIONS", "LSAN_OPTIONS", "UBSAN_OPTIONS"}) {  // under scripts/sanitize.sh
+    if (const char* value = std::getenv(name)) env += std::string(" ") + name + "='" + value + "'";
+  }
+  const std::string cmd = env + " " + PT2RUN_BINARY + " " + args + " >/dev/null 2>" + err.string();
   const int status = std::system(cmd.c_str());
   Result r;
   r.signaled = WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) > 128);

@@ -133,7 +133,7 @@ TEST_P(Threads, ManyThreadsShareOneRuntime) {
   for (int t = 0; t < 8; ++t) {
     threads.emplace_back([&, t] {
       std::mt19937 rng(t);
-      for (int i = 0; i < 150; ++i) {
+      for (int i = 0; i < 400; ++i) {  // 3200 runs per configuration
         const size_t k = rng() % inputs.size();
         try {
           const auto out = rt.run({view_of(inputs[k])});
