@@ -215,10 +215,9 @@ def _custom_calls(ep: torch.export.ExportedProgram) -> dict[str, Any]:
 
 def _class_name(obj: Any) -> str:
     # "__torch__.torch.classes.my_ops.IdentityConvClass" -> "my_ops::IdentityConvClass"
-    try:
+    qualified = getattr(obj, "script_class_name", None)  # a fake object while tracing
+    if qualified is None:
         qualified = obj._type().qualified_name()
-    except Exception:
-        qualified = getattr(getattr(obj, "script_class_name", None), "__str__", lambda: str(obj))()
     parts = str(qualified).split(".")
     return f"{parts[-2]}::{parts[-1]}" if len(parts) >= 2 else str(qualified)
 
