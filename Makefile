@@ -3,7 +3,7 @@ FLAVOUR ?= cpu
 BUILD_TYPE ?= Release
 export FLAVOUR BUILD_TYPE
 
-.PHONY: demo test build bootstrap sanitize clean
+.PHONY: demo test build bootstrap sanitize fuzz bench clean
 demo:
 	@scripts/demo.sh
 test:
@@ -14,5 +14,9 @@ bootstrap:
 	@scripts/bootstrap.sh
 sanitize:
 	@scripts/sanitize.sh
+fuzz:
+	@scripts/fuzz.sh
+bench:
+	@scripts/bench.sh
 clean:
 	rm -rf build

@@ -4,13 +4,8 @@
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 "$ROOT/scripts/bootstrap.sh"
 ASAN_DIR=$ROOT/build/$FLAVOUR-asan
-if [ ! -f "$ASAN_DIR/CMakeCache.txt" ]; then
-  log "cmake (ASan + UBSan) -> build/$FLAVOUR-asan"
-  # the Conan toolchain of the regular build gives the same dependencies
-  cmake -S "$ROOT" -B "$ASAN_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_TOOLCHAIN_FILE="$BUILD_DIR/generators/conan_toolchain.cmake" \
-    -DPT2RT_SANITIZE=ON -DPT2RT_PYTHON="$PYTHON" -DOPS_CUDA=OFF >/dev/null
-fi
+log "cmake --preset $FLAVOUR-asan -> build/$FLAVOUR-asan"  # CMakePresets.json; the Conan toolchain of the regular build
+cmake --preset "$FLAVOUR-asan" >/dev/null
 log "cmake --build build/$FLAVOUR-asan"
 cmake --build "$ASAN_DIR"
 # halt_on_error: the first report fails the test; leaks are checked (LeakSanitizer) in our processes.

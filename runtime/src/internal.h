@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,20 @@ std::vector<char> read_record(const std::string& package_path, const std::string
 std::string find_metadata_record(const std::string& package_path);
 Spec parse_spec(const std::string& json_text, const std::string& package_path);
 std::string sha256_hex(const void* data, size_t size);
+
+// Byte parsers (fuzzed: tests/fuzz). Every bad input is a pt2rt::Error, never another exception or a crash.
+// torch.save (zip) bytes -> the saved value. What our checks reject throws DamagedFile (its message is for
+// users); what torch rejects throws torch's c10::Error.
+struct DamagedFile : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+c10::IValue unpickle(const std::vector<char>& bytes);
+std::vector<Tensor> parse_tensor_file(const std::vector<char>& bytes, const std::string& path);
+struct Golden {
+  std::vector<std::string> names;
+  std::vector<std::vector<at::Tensor>> inputs, outputs;
+};
+Golden parse_golden(const std::vector<char>& bytes, const std::string& package_path);
 
 // Ops libraries.
 std::vector<std::string> load_ops_libraries(const Spec& spec, const std::string& package_path,

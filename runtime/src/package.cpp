@@ -38,6 +38,23 @@ std::unique_ptr<caffe2::serialize::PyTorchStreamReader> open_package(const std::
   throw Error(ErrorCode::Package, path + ": malformed pt2rt spec: " + what);
 }
 
+// nlohmann converts a float to an integer with a plain cast (undefined beyond the range; found by tests/fuzz):
+// integers in a spec must be JSON integers in range.
+int64_t integer(const nlohmann::json& j, const std::string& what, const std::string& path) {
+  if (j.is_number_unsigned() && j.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+    malformed(path, what + " is out of range");
+  }
+  if (!j.is_number_integer()) malformed(path, what + " must be an integer, got " + j.dump());
+  return j.get<int64_t>();
+}
+
+std::vector<int64_t> integers(const nlohmann::json& j, const std::string& what, const std::string& path) {
+  if (!j.is_array()) malformed(path, what + " must be a list of integers");
+  std::vector<int64_t> out;
+  for (const auto& v : j) out.push_back(integer(v, what, path));
+  return out;
+}
+
 TensorSpec parse_tensor(const nlohmann::json& j, const std::string& path) {
   TensorSpec t;
   t.name = j.at("name").get<std::string>();
@@ -45,16 +62,20 @@ TensorSpec parse_tensor(const nlohmann::json& j, const std::string& path) {
   const auto dtype = dtype_from_name(dtype_text);
   if (!dtype) malformed(path, "tensor " + t.name + " has unsupported dtype '" + dtype_text + "'");
   t.dtype = *dtype;
-  t.shape = j.at("shape").get<std::vector<int64_t>>();
+  t.shape = integers(j.at("shape"), "tensor " + t.name + " shape", path);
   for (const auto& d : j.at("dynamic_dims")) {
     DynamicDim dim;
-    dim.dim = d.at("dim").get<int>();
+    const int64_t index = integer(d.at("dim"), "tensor " + t.name + " dynamic dim", path);
     dim.name = d.at("name").get<std::string>();
-    dim.min = d.value("min", int64_t{0});
-    if (d.contains("max") && !d.at("max").is_null()) dim.max = d.at("max").get<int64_t>();
-    if (dim.dim < 0 || dim.dim >= static_cast<int>(t.shape.size()) || t.shape[dim.dim] != -1) {
-      malformed(path, "tensor " + t.name + ": dynamic dim " + std::to_string(dim.dim) + " is not a -1 of its shape");
+    dim.min = d.contains("min") ? integer(d.at("min"), "dynamic dim " + dim.name + " min", path) : 0;
+    if (d.contains("max") && !d.at("max").is_null()) dim.max = integer(d.at("max"), "dynamic dim " + dim.name + " max", path);
+    if (dim.min < 0 || (dim.max && *dim.max < dim.min)) {
+      malformed(path, "dynamic dim " + dim.name + " has an empty or negative range");
     }
+    if (index < 0 || index >= static_cast<int64_t>(t.shape.size()) || t.shape[index] != -1) {
+      malformed(path, "tensor " + t.name + ": dynamic dim " + std::to_string(index) + " is not a -1 of its shape");
+    }
+    dim.dim = static_cast<int>(index);
     t.dynamic_dims.push_back(dim);
   }
   for (size_t i = 0; i < t.shape.size(); ++i) {
@@ -146,13 +167,16 @@ Spec parse_spec(const std::string& json_text, const std::string& path) {
     if (!lib.is_object()) malformed(path, "model_library is missing");
     s.model_library_record = lib.at("record").get<std::string>();
     s.model_library_sha256 = lib.at("sha256").get<std::string>();
-    s.model_library_size = lib.at("size").get<int64_t>();
+    s.model_library_size = integer(lib.at("size"), "model_library size", path);
+    if (s.model_library_size < 0) malformed(path, "model_library size is negative");
     const auto& golden = j.at("golden");
     if (!golden.is_object()) malformed(path, "golden is missing");
     s.golden_record = golden.at("record").get<std::string>();
     s.golden_names = golden.at("names").get<std::vector<std::string>>();
     for (const auto& [dtype, tol] : golden.at("tolerances").items()) {
-      s.tolerances[dtype] = Tolerance{tol.at("rtol").get<double>(), tol.at("atol").get<double>()};
+      const Tolerance t{tol.at("rtol").get<double>(), tol.at("atol").get<double>()};
+      if (!(t.rtol >= 0 && t.atol >= 0)) malformed(path, "tolerances for " + dtype + " must not be negative");
+      s.tolerances[dtype] = t;
     }
     if (j.contains("metadata")) s.metadata = j.at("metadata").get<std::map<std::string, std::string>>();
     s.created_by = j.value("created_by", "");

@@ -2,7 +2,6 @@
 #include "internal.h"
 
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
-#include <torch/csrc/jit/serialization/pickle.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -217,41 +216,14 @@ const std::vector<std::string>& Runtime::ops_libraries() const { return impl_->l
 
 namespace {
 
-struct Golden {
-  std::vector<std::string> names;
-  std::vector<std::vector<at::Tensor>> inputs, outputs;
-};
-
-Golden read_golden(const std::string& package_path, const Spec& spec) {
-  const std::vector<char> bytes = detail::read_record(package_path, spec.golden_record);
-  Golden g;
-  try {
-    const c10::IValue value = torch::jit::pickle_load(bytes);
-    const auto dict = value.toGenericDict();
-    auto tensors = [](const c10::IValue& cases) {
-      std::vector<std::vector<at::Tensor>> out;
-      for (const auto& c : cases.toListRef()) {
-        out.emplace_back();
-        for (const auto& t : c.toListRef()) out.back().push_back(t.toTensor());
-      }
-      return out;
-    };
-    for (const auto& n : dict.at("names").toListRef()) g.names.push_back(n.toStringRef());
-    g.inputs = tensors(dict.at("inputs"));
-    g.outputs = tensors(dict.at("outputs"));
-  } catch (const std::exception& e) {
-    throw Error(ErrorCode::Package, package_path + ": golden cases unreadable: " + detail::short_what(e));
-  }
-  if (g.names.empty() || g.names.size() != g.inputs.size() || g.names.size() != g.outputs.size()) {
-    throw Error(ErrorCode::Package, package_path + ": golden cases are inconsistent");
-  }
-  return g;
+detail::Golden read_golden(const std::string& package_path, const Spec& spec) {
+  return detail::parse_golden(detail::read_record(package_path, spec.golden_record), package_path);
 }
 
 }  // namespace
 
 std::vector<Tensor> Runtime::example_inputs() const {
-  const Golden golden = read_golden(impl_->package_path, impl_->spec);
+  const detail::Golden golden = read_golden(impl_->package_path, impl_->spec);
   std::vector<Tensor> out;
   for (const auto& t : golden.inputs.front()) out.push_back(detail::wrap(t));
   return out;
@@ -259,7 +231,7 @@ std::vector<Tensor> Runtime::example_inputs() const {
 
 VerifyReport Runtime::verify() const {
   const Spec& spec = impl_->spec;
-  const Golden golden = read_golden(impl_->package_path, spec);
+  const detail::Golden golden = read_golden(impl_->package_path, spec);
   const auto& names = golden.names;
   const auto& inputs = golden.inputs;
   const auto& outputs = golden.outputs;

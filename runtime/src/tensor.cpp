@@ -3,6 +3,8 @@
 
 #include <torch/csrc/jit/serialization/pickle.h>
 
+#include <cstring>
+
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -149,20 +151,21 @@ Tensor Tensor::to_cpu() const {
   return detail::wrap(impl_->t.cpu());
 }
 
-std::vector<Tensor> load_tensors(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ErrorCode::IO, "cannot read tensor file " + path + ": " + std::strerror(errno));
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+namespace detail {
+
+std::vector<Tensor> parse_tensor_file(const std::vector<char>& bytes, const std::string& path) {
   c10::IValue value;
   try {
-    value = torch::jit::pickle_load(bytes);
+    value = unpickle(bytes);
+  } catch (const DamagedFile& e) {
+    throw Error(ErrorCode::IO, path + " is a damaged torch.save file (" + e.what() + ")");
   } catch (const std::exception&) {  // torch's reader explains zip internals; the user needs the verdict
     throw Error(ErrorCode::IO, path + " is not a tensor file written by torch.save (zip format)");
   }
   std::vector<Tensor> out;
   auto add = [&](const c10::IValue& v) {
     if (!v.isTensor()) throw Error(ErrorCode::IO, path + " holds a " + v.tagKind() + "; expected tensors");
-    out.push_back(detail::wrap(v.toTensor()));
+    out.push_back(wrap(v.toTensor()));
   };
   if (value.isTensor()) {
     add(value);
@@ -174,6 +177,40 @@ std::vector<Tensor> load_tensors(const std::string& path) {
     throw Error(ErrorCode::IO, path + " holds a " + value.tagKind() + "; expected a tensor or a list of tensors");
   }
   return out;
+}
+
+Golden parse_golden(const std::vector<char>& bytes, const std::string& package_path) {
+  Golden g;
+  try {
+    const c10::IValue value = unpickle(bytes);
+    const auto dict = value.toGenericDict();
+    auto tensors = [](const c10::IValue& cases) {
+      std::vector<std::vector<at::Tensor>> out;
+      for (const auto& c : cases.toListRef()) {
+        out.emplace_back();
+        for (const auto& t : c.toListRef()) out.back().push_back(t.toTensor());
+      }
+      return out;
+    };
+    for (const auto& n : dict.at("names").toListRef()) g.names.push_back(n.toStringRef());
+    g.inputs = tensors(dict.at("inputs"));
+    g.outputs = tensors(dict.at("outputs"));
+  } catch (const std::exception& e) {
+    throw Error(ErrorCode::Package, package_path + ": golden cases unreadable: " + short_what(e));
+  }
+  if (g.names.empty() || g.names.size() != g.inputs.size() || g.names.size() != g.outputs.size()) {
+    throw Error(ErrorCode::Package, package_path + ": golden cases are inconsistent");
+  }
+  return g;
+}
+
+}  // namespace detail
+
+std::vector<Tensor> load_tensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(ErrorCode::IO, "cannot read tensor file " + path + ": " + std::strerror(errno));
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return detail::parse_tensor_file(bytes, path);
 }
 
 void save_tensors(const std::string& path, const std::vector<Tensor>& tensors) {

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -48,6 +49,20 @@ def user_module(tmp_path, monkeypatch):
     return "user_models"
 
 
+@pytest.fixture
+def private_tmp(tmp_path_factory, monkeypatch):
+    """A TMPDIR of its own for a command that fails: it must be empty afterwards (nothing left behind)."""
+    d = tmp_path_factory.mktemp("tmpdir")
+    monkeypatch.setenv("TMPDIR", str(d))
+    monkeypatch.setattr(tempfile, "tempdir", str(d))
+    yield d
+    # torch's compile cache (torchinductor_<user>) is shared by design and may be created empty by a failed
+    # torch.export; anything else is ours.
+    left = sorted(str(p.relative_to(d)) for p in d.rglob("*")
+                  if not (p.is_dir() and p.name.startswith("torchinductor_") and not any(p.iterdir())))
+    assert left == [], f"a failed command left files in TMPDIR: {left}"
+
+
 def run_cli(capsys, *argv):
     try:
         code = main(list(argv))
@@ -77,14 +92,14 @@ def assert_usage_error(code, err, message, out_dir=None):
     ("{mod}:not_callable", "{mod}:not_callable is not callable"),
     ("{mod}:raises", "{mod}:raises() failed: ValueError: factory broke"),
 ])
-def test_bad_model_argument(capsys, tmp_path, user_module, model, message):
+def test_bad_model_argument(private_tmp, capsys, tmp_path, user_module, model, message):
     out_dir = tmp_path / "out"
     out_dir.mkdir()
     code, _, err = run_cli(capsys, "export", "--model", model.format(mod=user_module), "--out", str(out_dir / "m.pt2"))
     assert_usage_error(code, err, message.format(mod=user_module), out_dir)
 
 
-def test_dynamic_range_the_model_cannot_export(capsys, tmp_path, user_module):
+def test_dynamic_range_the_model_cannot_export(private_tmp, capsys, tmp_path, user_module):
     out_dir = tmp_path / "out"
     out_dir.mkdir()
     code, _, err = run_cli(capsys, "export", "--model", f"{user_module}:batch_four", "--out", str(out_dir / "m.pt2"),
@@ -98,7 +113,7 @@ def test_dynamic_range_the_model_cannot_export(capsys, tmp_path, user_module):
     ("{tmp}/missing/m.pt2", "output directory {tmp}/missing does not exist"),
     ("{tmp}/m.onnx", "expected a package path ending in .pt2"),
 ])
-def test_bad_output_path(capsys, tmp_path, out, message):
+def test_bad_output_path(private_tmp, capsys, tmp_path, out, message):
     code, _, err = run_cli(capsys, "export", "--model", "export_tools.models:identity_conv_op_only",
                            "--out", out.format(tmp=tmp_path))
     assert_usage_error(code, err, message.format(tmp=tmp_path), tmp_path)
@@ -110,7 +125,7 @@ def test_bad_output_path(capsys, tmp_path, out, message):
     (["--golden", "0"], "expected golden >= 1, got 0"),
     (["--cpu-isa", "sse9"], "invalid choice: 'sse9'"),
 ])
-def test_bad_options(capsys, tmp_path, extra, message):
+def test_bad_options(private_tmp, capsys, tmp_path, extra, message):
     code, _, err = run_cli(capsys, "export", "--model", "export_tools.models:identity_conv_op_only",
                            "--out", str(tmp_path / "m.pt2"), *extra)
     assert code == 2 and message in err and "Traceback" not in err, err
@@ -121,14 +136,14 @@ def test_bad_options(capsys, tmp_path, extra, message):
     (b"", "is not a .pt2 package (not a zip archive)"),
     (b"garbage" * 100, "is not a .pt2 package (not a zip archive)"),
 ])
-def test_inspect_rejects_non_packages(capsys, tmp_path, content, message):
+def test_inspect_rejects_non_packages(private_tmp, capsys, tmp_path, content, message):
     bogus = tmp_path / "bogus.pt2"
     bogus.write_bytes(content)
     code, _, err = run_cli(capsys, "inspect", str(bogus))
     assert_usage_error(code, err, message)
 
 
-def test_inspect_rejects_a_zip_that_is_not_a_package(capsys, tmp_path):
+def test_inspect_rejects_a_zip_that_is_not_a_package(private_tmp, capsys, tmp_path):
     import zipfile
     path = tmp_path / "other.pt2"
     with zipfile.ZipFile(path, "w") as zf:
@@ -137,23 +152,24 @@ def test_inspect_rejects_a_zip_that_is_not_a_package(capsys, tmp_path):
     assert_usage_error(code, err, "is not an AOTInductor package")
 
 
-def test_inspect_missing_file(capsys, tmp_path):
+def test_inspect_missing_file(private_tmp, capsys, tmp_path):
     code, _, err = run_cli(capsys, "inspect", str(tmp_path / "nope.pt2"))
     assert_usage_error(code, err, "nope.pt2 is not a file")
 
 
 def run_process(*argv, **env):
+    """The CLI as a process; TMPDIR is passed on, so a test's private_tmp covers it."""
     return subprocess.run([sys.executable, "-m", "export_tools", *argv], capture_output=True, text=True, cwd=ROOT,
                           env={**os.environ, **env}, timeout=300)
 
 
-def test_library_not_built_is_one_line(tmp_path):
+def test_library_not_built_is_one_line(private_tmp, tmp_path):
     result = run_process("export", "--model", "export_tools.models:identity_conv_op_only", "--out",
                          str(tmp_path / "m.pt2"), IDENTITY_CONV_OPS_LIBRARY=str(tmp_path / "libmissing.so"))
     assert_usage_error(result.returncode, result.stderr, "does not name a file", tmp_path)
 
 
-def test_verbose_shows_the_traceback(tmp_path):
+def test_verbose_shows_the_traceback(private_tmp, tmp_path):
     result = run_process("--verbose", "export", "--model", "no_such_module_xyz:make", "--out", str(tmp_path / "m.pt2"))
     assert result.returncode == 2
     assert "Traceback" in result.stderr and "cannot import module" in result.stderr
