@@ -1,4 +1,5 @@
 // CPU depthwise convolution, NCHW, stride 1, padding k/2.
+#include "depthwise_row_kernel.h"
 #include "identity_conv.h"
 
 #include <ATen/ATen.h>
@@ -7,6 +8,8 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <cstring>
+#include <type_traits>
 #include <vector>
 
 namespace my_ops {
@@ -16,37 +19,101 @@ namespace {
 // Output elements per parallel task.
 constexpr int64_t kConvGrain = 1 << 14;
 
-// One task computes whole output rows: for each kernel tap, a contiguous run of the input row is
-// scaled and added to a row accumulator, so the innermost loop is unit-stride and vectorises.
+// The best row kernels this CPU runs, chosen once.
+const RowKernels& row_kernels() {
+  static const RowKernels k = [] {
+    RowKernels avx2{};
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && row_kernels_avx2(&avx2)) return avx2;
+#endif
+    return row_kernels_baseline();
+  }();
+  return k;
+}
+
+// float, half and bfloat16: each task takes whole output rows of one plane. Input rows are converted to float
+// once, into a ring of K zero-padded rows, and the row kernel computes one output row from them.
 template <typename scalar_t>
-void depthwise_rows(const scalar_t* in, const at::opmath_type<scalar_t>* weight, scalar_t* out,
-                    int64_t C, int64_t H, int64_t W, int64_t k, int64_t rows) {
-  using acc_t = at::opmath_type<scalar_t>;
+void depthwise_float(const scalar_t* in, const float* weight, scalar_t* out, int64_t C, int64_t H, int64_t W,
+                     int64_t k, int64_t planes) {
+  const int64_t pad = k / 2;
+  const int64_t padded = W + 2 * pad + kRowSlack;
+  const int64_t rows_per_task = std::max<int64_t>(1, std::min<int64_t>(H, kConvGrain / std::max<int64_t>(W, 1)));
+  const int64_t blocks = (H + rows_per_task - 1) / rows_per_task;
+  const RowKernels& kernels = row_kernels();
+  at::parallel_for(0, planes * blocks, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> ring(static_cast<size_t>(k * padded + padded + W), 0.0f);
+    float* zero = ring.data() + k * padded;  // a row of zeros, for rows outside the image
+    float* tmp = zero + padded;              // the output row in float, for half types
+    std::vector<const float*> rows(static_cast<size_t>(k));
+    std::vector<int64_t> held(static_cast<size_t>(k), -1);  // which input row each ring slot holds
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t plane = task / blocks;
+      const int64_t h0 = (task % blocks) * rows_per_task, h1 = std::min(H, h0 + rows_per_task);
+      const scalar_t* src = in + plane * H * W;
+      const float* wk = weight + (plane % C) * k * k;
+      std::fill(held.begin(), held.end(), -1);
+      for (int64_t h = h0; h < h1; ++h) {
+        for (int64_t i = 0; i < k; ++i) {
+          const int64_t ih = h + i - pad;
+          if (ih < 0 || ih >= H) {
+            rows[i] = zero;
+            continue;
+          }
+          const int64_t slot = ih % k;
+          float* r = ring.data() + slot * padded;
+          if (held[slot] != ih) {
+            const scalar_t* s = src + ih * W;  // the pads stay zero
+            if constexpr (std::is_same_v<scalar_t, float>) {
+              std::memcpy(r + pad, s, static_cast<size_t>(W) * sizeof(float));
+            } else if constexpr (std::is_same_v<scalar_t, at::BFloat16>) {
+              kernels.from_bf16(reinterpret_cast<const uint16_t*>(s), r + pad, W);
+            } else {
+              for (int64_t w = 0; w < W; ++w) r[pad + w] = static_cast<float>(s[w]);
+            }
+            held[slot] = ih;
+          }
+          rows[i] = r;
+        }
+        scalar_t* dst = out + (plane * H + h) * W;
+        if constexpr (std::is_same_v<scalar_t, float>) {
+          kernels.conv(rows.data(), wk, dst, W, k);
+        } else if constexpr (std::is_same_v<scalar_t, at::BFloat16>) {
+          kernels.conv(rows.data(), wk, tmp, W, k);
+          kernels.to_bf16(tmp, reinterpret_cast<uint16_t*>(dst), W);
+        } else {
+          kernels.conv(rows.data(), wk, tmp, W, k);
+          for (int64_t w = 0; w < W; ++w) dst[w] = static_cast<scalar_t>(tmp[w]);
+        }
+      }
+    }
+  });
+}
+
+// float64: a direct loop in double (not a speed target; kept exact).
+void depthwise_double(const double* in, const double* weight, double* out, int64_t C, int64_t H, int64_t W,
+                      int64_t k, int64_t rows) {
   const int64_t pad = k / 2;
   const int64_t grain = std::max<int64_t>(1, kConvGrain / std::max<int64_t>(W * k * k, 1));
   at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
-    std::vector<acc_t> acc(W);
     for (int64_t r = begin; r < end; ++r) {
-      const int64_t h = r % H;
-      const int64_t plane = r / H;
-      const scalar_t* src = in + plane * H * W;
-      const acc_t* wk = weight + (plane % C) * k * k;
-      std::fill(acc.begin(), acc.end(), acc_t(0));
-      acc_t* __restrict__ a = acc.data();
+      const int64_t h = r % H, plane = r / H;
+      const double* src = in + plane * H * W;
+      const double* wk = weight + (plane % C) * k * k;
+      double* dst = out + r * W;
+      std::fill(dst, dst + W, 0.0);
       for (int64_t i = 0; i < k; ++i) {
         const int64_t ih = h + i - pad;
         if (ih < 0 || ih >= H) continue;
-        const scalar_t* __restrict__ row = src + ih * W;
         for (int64_t j = 0; j < k; ++j) {
           const int64_t d = j - pad;
-          const acc_t wv = wk[i * k + j];
-          const int64_t w0 = std::max<int64_t>(0, -d);
-          const int64_t w1 = std::min<int64_t>(W, W - d);
-          for (int64_t w = w0; w < w1; ++w) a[w] += wv * static_cast<acc_t>(row[w + d]);
+          const double wv = wk[i * k + j];
+          for (int64_t w = std::max<int64_t>(0, -d); w < std::min<int64_t>(W, W - d); ++w) {
+            dst[w] += wv * src[ih * W + w + d];
+          }
         }
       }
-      scalar_t* __restrict__ dst = out + r * W;
-      for (int64_t w = 0; w < W; ++w) dst[w] = static_cast<scalar_t>(a[w]);
     }
   });
 }
@@ -63,11 +130,18 @@ at::Tensor depthwise_conv2d_cpu(const at::Tensor& x, const at::Tensor& weight) {
   at::Tensor out = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
   if (x.numel() == 0) return out;
   const int64_t C = x.size(1), H = x.size(2), W = x.size(3), k = weight.size(2);
+  if (x.scalar_type() == at::kDouble) {
+    const at::Tensor w = weight.to(at::kDouble).contiguous();
+    depthwise_double(xc.const_data_ptr<double>(), w.const_data_ptr<double>(), out.mutable_data_ptr<double>(), C, H,
+                     W, k, x.size(0) * C * H);
+    return out;
+  }
+  const at::Tensor w = weight.to(at::kFloat).contiguous();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "depthwise_conv2d_cpu", [&] {
-    using acc_t = at::opmath_type<scalar_t>;
-    const at::Tensor w = weight.to(c10::CppTypeToScalarType<acc_t>::value).contiguous();
-    depthwise_rows<scalar_t>(xc.const_data_ptr<scalar_t>(), w.const_data_ptr<acc_t>(),
-                             out.mutable_data_ptr<scalar_t>(), C, H, W, k, x.size(0) * C * H);
+    if constexpr (!std::is_same_v<scalar_t, double>) {
+      depthwise_float<scalar_t>(xc.const_data_ptr<scalar_t>(), w.const_data_ptr<float>(),
+                                out.mutable_data_ptr<scalar_t>(), C, H, W, k, x.size(0) * C);
+    }
   });
   return out;
 }

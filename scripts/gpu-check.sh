@@ -25,7 +25,7 @@ echo "gpu-check: $gpu (sm $arch), torch $torch_version, nvcc $(nvcc --version | 
 
 generator=(); command -v ninja >/dev/null && generator=(-G Ninja)
 cmake -S "$ROOT" -B "$BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" \
-  -DOPS_CUDA=ON -DPT2RT_BUILD_TESTS=OFF >"$BUILD_DIR.configure.log" 2>&1 \
+  -DOPS_CUDA=ON -DPT2RT_BUILD_TESTS=OFF -DPT2RT_BUILD_RUNTIME=OFF >"$BUILD_DIR.configure.log" 2>&1 \
   || { tail -30 "$BUILD_DIR.configure.log"; echo "gpu-check: configure FAILED"; exit 1; }
 cmake --build "$BUILD_DIR" -j "$(nproc)" >"$BUILD_DIR.build.log" 2>&1 \
   || { grep -E "error|Error" -A3 "$BUILD_DIR.build.log" | head -60; echo "gpu-check: build FAILED"; exit 1; }
@@ -36,5 +36,9 @@ cd "$ROOT"
 IDENTITY_CONV_OPS_LIBRARY=$lib PYTHONPATH=$ROOT "$PYTHON" -m pytest -q -p no:cacheprovider -m cuda \
   tests/python 2>&1 | tail -25
 rc=${PIPESTATUS[0]}
-echo "gpu-check: CUDA tests $([ "$rc" -eq 0 ] && echo PASSED || echo FAILED) in $(( $(date +%s) - start )) s total"
+echo "gpu-check: CUDA tests $([ "$rc" -eq 0 ] && echo PASSED || echo FAILED) in $(( $(date +%s) - start )) s"
+# The CUDA kernel benchmarks (op vs device-to-device copy, class vs cuDNN), ratios for docs/performance.md.
+IDENTITY_CONV_OPS_LIBRARY=$lib PYTHONPATH=$ROOT "$PYTHON" benchmarks/kernels_torch.py --device cuda \
+  --json "$BUILD_DIR.bench-cuda.json" || rc=1
+echo "gpu-check: done in $(( $(date +%s) - start )) s total"
 exit "$rc"

@@ -124,7 +124,12 @@ double percentile(std::vector<double> sorted, double p) {
 }
 
 int cmd_bench(const std::string& package, const std::vector<std::string>& ops, const std::vector<std::string>& input_files,
-              int warmup, int iters, int threads, int runners, bool json) {
+              int warmup, int iters, int threads, int runners, int intra_op_threads, bool json) {
+  // Several callers: split the cores between them unless told otherwise (oversubscription costs throughput).
+  if (intra_op_threads == 0 && threads > 1) {
+    intra_op_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / threads);
+  }
+  if (intra_op_threads > 0) pt2rt::set_num_threads(intra_op_threads);
   const pt2rt::Runtime rt = pt2rt::Runtime::load(package, options_for(ops, runners));
   const auto inputs = input_files.empty() ? rt.example_inputs() : read_inputs(input_files);
   const auto views = views_of(inputs);
@@ -171,7 +176,8 @@ int cmd_bench(const std::string& package, const std::vector<std::string>& ops, c
   if (json) {
     nlohmann::json j = {{"latency_ms", {{"p50", p50}, {"p90", p90}, {"p99", p99}, {"mean", mean}}},
                         {"throughput_per_s", throughput},
-                        {"iters", iters}, {"threads", threads}, {"runners", runners}, {"warmup", warmup}};
+                        {"iters", iters}, {"threads", threads}, {"runners", runners}, {"warmup", warmup},
+                        {"intra_op_threads", pt2rt::num_threads()}};
     std::cout << j.dump() << "\n";
   } else {
     std::printf("%d runs, %d threads, %d runners: p50 %.3f ms  p90 %.3f ms  p99 %.3f ms  mean %.3f ms  %.1f runs/s\n",
@@ -192,7 +198,7 @@ int main(int argc, char** argv) {
   std::string package, output;
   std::vector<std::string> ops, inputs;
   bool json = false;
-  int warmup = 10, iters = 100, threads = 1, runners = 1;
+  int warmup = 10, iters = 100, threads = 1, runners = 1, intra_op_threads = 0;
 
   auto* info = app.add_subcommand("info", "print the spec of a package (reads it; loads nothing)");
   info->add_option("package", package, "the .pt2 package")->required();
@@ -218,6 +224,9 @@ int main(int argc, char** argv) {
   bench->add_option("--iters", iters, "measured runs")->check(CLI::PositiveNumber);
   bench->add_option("--threads", threads, "threads calling run")->check(CLI::Range(1, 256));
   bench->add_option("--runners", runners, "model instances (num_runners)")->check(CLI::Range(1, 64));
+  bench->add_option("--intra-op-threads", intra_op_threads,
+                    "torch threads per run (default: all cores for one caller, cores / --threads for several)")
+      ->check(CLI::Range(1, 1024));
   bench->add_flag("--json", json, "print {\"latency_ms\": {...}, \"throughput_per_s\": ...}");
 
   try {
@@ -244,7 +253,7 @@ int main(int argc, char** argv) {
     if (info->parsed()) return cmd_info(package, json);
     if (run->parsed()) return cmd_run(package, inputs, output, ops);
     if (verify->parsed()) return cmd_verify(package, ops);
-    if (bench->parsed()) return cmd_bench(package, ops, inputs, warmup, iters, threads, runners, json);
+    if (bench->parsed()) return cmd_bench(package, ops, inputs, warmup, iters, threads, runners, intra_op_threads, json);
   } catch (const pt2rt::Error& e) {
     std::cerr << "pt2run: error (" << pt2rt::error_code_name(e.code()) << "): " << e.what() << "\n";
     return pt2rt::exit_code(e.code());

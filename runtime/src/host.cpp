@@ -1,6 +1,8 @@
 // Can this host run the package: CPU ISA, torch version, device.
 #include "internal.h"
 
+#include <ATen/Parallel.h>
+
 #include <torch/cuda.h>
 #include <torch/headeronly/version.h>
 
@@ -60,4 +62,11 @@ void check_host(const Spec& spec, const Options& options) {
 }
 
 }  // namespace detail
+void set_num_threads(int threads) {
+  if (threads < 1) throw Error(ErrorCode::Usage, "set_num_threads: expected at least 1 thread, got " + std::to_string(threads));
+  at::set_num_threads(threads);
+}
+
+int num_threads() { return at::get_num_threads(); }
+
 }  // namespace pt2rt

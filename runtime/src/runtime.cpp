@@ -201,6 +201,7 @@ std::vector<Tensor> Runtime::run(const std::vector<TensorView>& inputs) const {
   for (const auto& v : inputs) args.push_back(detail::borrow(v));
   std::vector<at::Tensor> outs;
   try {
+    c10::InferenceMode inference;  // inference only: no autograd bookkeeping in the model's fallback ops
     outs = impl_->loader->run(args);
   } catch (const std::exception& e) {
     throw Error(ErrorCode::Runtime, "the model failed: " + detail::short_what(e));

@@ -33,7 +33,7 @@ def test_default_weight_is_identity(k, dtype, device):
 
 
 @pytest.mark.parametrize("k", [1, 3, 5, 7])
-@pytest.mark.parametrize("hw", [(13, 17), (3, 2), (1, 1)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("hw", [(13, 17), (3, 2), (1, 1), (5, 24), (9, 31), (33, 70)], ids=lambda s: "x".join(map(str, s)))
 def test_forward_matches_depthwise_conv2d(k, hw, dtype, device):
     C = 6
     conv = Conv(C, k)

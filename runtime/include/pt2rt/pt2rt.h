@@ -205,5 +205,10 @@ PT2RT_API void save_tensors(const std::string& path, const std::vector<Tensor>& 
 
 PT2RT_API const char* version();
 PT2RT_API const char* torch_version();
+// Threads each run() may use inside torch's kernels (torch's intra-op threads; default: one per core).
+// Process-wide, like torch's own setting; set it before starting threads that call run(). With several threads
+// calling run(), threads x this <= cores avoids oversubscription.
+PT2RT_API void set_num_threads(int threads);
+PT2RT_API int num_threads();
 
 }  // namespace pt2rt
