@@ -317,8 +317,16 @@ def main() -> int:
                 report["throughput"].append({"runners": runners, "throughput_per_s": r["throughput_per_s"],
                                              "p50_ms": r["latency_ms"]["p50"]})
 
+    previous = args.out / "report.json"
+    if args.only and previous.exists():  # keep the parts this run did not measure
+        old = json.loads(previous.read_text())
+        for key, value in old.items():
+            if key == "kernels" and not (report["kernels"]["identity_op"] or report["kernels"]["class_forward"]):
+                report["kernels"] = value
+            elif key not in report:
+                report[key] = value
     report["goals"] = goals(report)
-    (args.out / "report.json").write_text(json.dumps(report, indent=2))
+    previous.write_text(json.dumps(report, indent=2))
     if report["kernels"]["identity_op"] or report["kernels"]["class_forward"]:
         chart(report, args.out / "chart.png")
     print_table(report)
