@@ -10,9 +10,7 @@
 #include <benchmark/benchmark.h>
 #include <torch/custom_class.h>
 
-#ifdef PT2RT_WITH_CUDA
-#include <ATen/cuda/CUDAContext.h>
-#endif
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <dlfcn.h>
 
@@ -26,10 +24,11 @@ namespace {
 
 at::Device g_device = at::kCPU;
 
+// Through c10's device interface: no CUDA headers needed, and a CPU build has nothing to wait for.
 void sync() {
-#ifdef PT2RT_WITH_CUDA
-  if (g_device.is_cuda()) at::cuda::getCurrentCUDAStream().synchronize();
-#endif
+  if (g_device.is_cuda()) {
+    c10::impl::getDeviceGuardImpl(g_device.type())->synchronizeDevice(g_device.has_index() ? g_device.index() : 0);
+  }
 }
 
 struct DTypeArg {
