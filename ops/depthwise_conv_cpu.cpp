@@ -33,7 +33,7 @@ const RowKernels& row_kernels() {
 }
 
 // float, half and bfloat16: each task takes whole output rows of one plane. Input rows are converted to float
-// once, into a ring of K zero-padded rows, and the row kernel computes one output row from them.
+// once, into a ring of K+1 zero-padded rows, and the row kernels compute two output rows at a time from them.
 template <typename scalar_t>
 void depthwise_float(const scalar_t* in, const float* weight, scalar_t* out, int64_t C, int64_t H, int64_t W,
                      int64_t k, int64_t planes) {
@@ -42,50 +42,65 @@ void depthwise_float(const scalar_t* in, const float* weight, scalar_t* out, int
   const int64_t rows_per_task = std::max<int64_t>(1, std::min<int64_t>(H, kConvGrain / std::max<int64_t>(W, 1)));
   const int64_t blocks = (H + rows_per_task - 1) / rows_per_task;
   const RowKernels& kernels = row_kernels();
+  const int64_t slots = k + 1;  // two output rows at a time need K+1 input rows
   at::parallel_for(0, planes * blocks, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> ring(static_cast<size_t>(k * padded + padded + W), 0.0f);
-    float* zero = ring.data() + k * padded;  // a row of zeros, for rows outside the image
-    float* tmp = zero + padded;              // the output row in float, for half types
-    std::vector<const float*> rows(static_cast<size_t>(k));
-    std::vector<int64_t> held(static_cast<size_t>(k), -1);  // which input row each ring slot holds
+    std::vector<float> ring(static_cast<size_t>(slots * padded + padded + 2 * padded), 0.0f);
+    float* zero = ring.data() + slots * padded;  // a row of zeros, for rows outside the image
+    float* tmp0 = zero + padded;                 // output rows in float, for half types
+    float* tmp1 = tmp0 + padded;
+    std::vector<const float*> rows(static_cast<size_t>(slots));
+    std::vector<int64_t> held(static_cast<size_t>(slots), -1);  // which input row each ring slot holds
     for (int64_t task = begin; task < end; ++task) {
       const int64_t plane = task / blocks;
       const int64_t h0 = (task % blocks) * rows_per_task, h1 = std::min(H, h0 + rows_per_task);
       const scalar_t* src = in + plane * H * W;
       const float* wk = weight + (plane % C) * k * k;
       std::fill(held.begin(), held.end(), -1);
-      for (int64_t h = h0; h < h1; ++h) {
-        for (int64_t i = 0; i < k; ++i) {
-          const int64_t ih = h + i - pad;
-          if (ih < 0 || ih >= H) {
-            rows[i] = zero;
-            continue;
+      // Input row ih as a zero-padded float row, converted once per task.
+      auto input_row = [&](int64_t ih) -> const float* {
+        if (ih < 0 || ih >= H) return zero;
+        const int64_t slot = ih % slots;
+        float* r = ring.data() + slot * padded;
+        if (held[slot] != ih) {
+          const scalar_t* s = src + ih * W;  // the pads stay zero
+          if constexpr (std::is_same_v<scalar_t, float>) {
+            std::memcpy(r + pad, s, static_cast<size_t>(W) * sizeof(float));
+          } else if constexpr (std::is_same_v<scalar_t, at::BFloat16>) {
+            kernels.from_bf16(reinterpret_cast<const uint16_t*>(s), r + pad, W);
+          } else {
+            for (int64_t w = 0; w < W; ++w) r[pad + w] = static_cast<float>(s[w]);
           }
-          const int64_t slot = ih % k;
-          float* r = ring.data() + slot * padded;
-          if (held[slot] != ih) {
-            const scalar_t* s = src + ih * W;  // the pads stay zero
-            if constexpr (std::is_same_v<scalar_t, float>) {
-              std::memcpy(r + pad, s, static_cast<size_t>(W) * sizeof(float));
-            } else if constexpr (std::is_same_v<scalar_t, at::BFloat16>) {
-              kernels.from_bf16(reinterpret_cast<const uint16_t*>(s), r + pad, W);
-            } else {
-              for (int64_t w = 0; w < W; ++w) r[pad + w] = static_cast<float>(s[w]);
-            }
-            held[slot] = ih;
-          }
-          rows[i] = r;
+          held[slot] = ih;
         }
+        return r;
+      };
+      auto store = [&](const float* from, int64_t h) {
         scalar_t* dst = out + (plane * H + h) * W;
-        if constexpr (std::is_same_v<scalar_t, float>) {
-          kernels.conv(rows.data(), wk, dst, W, k);
-        } else if constexpr (std::is_same_v<scalar_t, at::BFloat16>) {
-          kernels.conv(rows.data(), wk, tmp, W, k);
-          kernels.to_bf16(tmp, reinterpret_cast<uint16_t*>(dst), W);
-        } else {
-          kernels.conv(rows.data(), wk, tmp, W, k);
-          for (int64_t w = 0; w < W; ++w) dst[w] = static_cast<scalar_t>(tmp[w]);
+        if constexpr (std::is_same_v<scalar_t, at::BFloat16>) {
+          kernels.to_bf16(from, reinterpret_cast<uint16_t*>(dst), W);
+        } else if constexpr (!std::is_same_v<scalar_t, float>) {
+          for (int64_t w = 0; w < W; ++w) dst[w] = static_cast<scalar_t>(from[w]);
         }
+      };
+      for (int64_t h = h0; h < h1;) {
+        const int64_t n = std::min<int64_t>(2, h1 - h);
+        for (int64_t i = 0; i < k + n - 1; ++i) rows[i] = input_row(h + i - pad);
+        float* o0 = tmp0;
+        float* o1 = tmp1;
+        if constexpr (std::is_same_v<scalar_t, float>) {
+          o0 = out + (plane * H + h) * W;
+          o1 = o0 + W;
+        }
+        if (n == 2) {
+          kernels.conv2(rows.data(), wk, o0, o1, W, k);
+        } else {
+          kernels.conv(rows.data(), wk, o0, W, k);
+        }
+        if constexpr (!std::is_same_v<scalar_t, float>) {
+          store(o0, h);
+          if (n == 2) store(o1, h + 1);
+        }
+        h += n;
       }
     }
   });

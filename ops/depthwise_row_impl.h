@@ -40,6 +40,44 @@ inline void block(const float* const* rows, const float* wk, int64_t w, float* o
   }
 }
 
+// Two output rows (h, h+1) from K+1 input rows: each loaded vector feeds both rows' accumulators.
+template <int K>
+inline void block2(const float* const* rows, const float* wk, int64_t w, float* out0, float* out1) {
+  v8f a0[K] = {}, a1[K] = {};
+#pragma GCC unroll 8
+  for (int r = 0; r <= K; ++r) {
+    const float* p = rows[r] + w;
+#pragma GCC unroll 8
+    for (int j = 0; j < K; ++j) {
+      const v8f x = load8(p + j);
+      if (r < K) a0[r] += wk[r * K + j] * x;
+      if (r >= 1) a1[r - 1] += wk[(r - 1) * K + j] * x;
+    }
+  }
+  v8f s0 = a0[0], s1 = a1[0];
+#pragma GCC unroll 8
+  for (int i = 1; i < K; ++i) {
+    s0 += a0[i];
+    s1 += a1[i];
+  }
+  store8(out0, s0);
+  store8(out1, s1);
+}
+
+template <int K>
+void rows2_k(const float* const* rows, const float* weight, float* out0, float* out1, int64_t W) {
+  float wk[K * K];
+  for (int i = 0; i < K * K; ++i) wk[i] = weight[i];
+  int64_t w = 0;
+  for (; w + 8 <= W; w += 8) block2<K>(rows, wk, w, out0 + w, out1 + w);
+  if (w < W) {
+    float t0[8], t1[8];
+    block2<K>(rows, wk, w, t0, t1);
+    std::memcpy(out0 + w, t0, static_cast<size_t>(W - w) * sizeof(float));
+    std::memcpy(out1 + w, t1, static_cast<size_t>(W - w) * sizeof(float));
+  }
+}
+
 template <int K>
 void row_k(const float* const* rows, const float* weight, float* out, int64_t W) {
   float wk[K * K];
@@ -70,6 +108,18 @@ void row_any(const float* const* rows, const float* weight, float* out, int64_t 
   }
 }
 
+void rows2_any(const float* const* rows, const float* weight, float* out0, float* out1, int64_t W, int64_t K) {
+  switch (K) {
+    case 1: return rows2_k<1>(rows, weight, out0, out1, W);
+    case 3: return rows2_k<3>(rows, weight, out0, out1, W);
+    case 5: return rows2_k<5>(rows, weight, out0, out1, W);
+    case 7: return rows2_k<7>(rows, weight, out0, out1, W);
+    default:
+      row_any(rows, weight, out0, W, K);
+      row_any(rows + 1, weight, out1, W, K);
+  }
+}
+
 void from_bf16(const uint16_t* in, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const uint32_t bits = static_cast<uint32_t>(in[i]) << 16;
@@ -87,6 +137,6 @@ void to_bf16(const float* in, uint16_t* out, int64_t n) {
   }
 }
 
-my_ops::RowKernels kernels() { return {&row_any, &from_bf16, &to_bf16}; }
+my_ops::RowKernels kernels() { return {&row_any, &rows2_any, &from_bf16, &to_bf16}; }
 
 }  // namespace
