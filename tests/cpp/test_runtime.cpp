@@ -308,7 +308,37 @@ TEST(Pt2run, BenchPrintsJson) {
   for (const char* key : {"\"latency_ms\"", "\"p50\"", "\"p90\"", "\"p99\"", "\"mean\"", "\"throughput_per_s\""}) {
     EXPECT_NE(text.find(key), std::string::npos) << key << " in " << text;
   }
+  // Two callers share the cores unless told otherwise.
+  const unsigned split = std::max(1u, std::thread::hardware_concurrency() / 2);
+  EXPECT_NE(text.find("\"intra_op_threads\":" + std::to_string(split)), std::string::npos) << text;
   fs::remove(out);
+}
+
+TEST(Pt2run, BenchTakesIntraOpThreads) {
+  const fs::path out = fs::temp_directory_path() / ("pt2run-bench1-" + std::to_string(getpid()) + ".json");
+  ASSERT_EQ(shell(kPt2run + " bench " + kNet + " --ops " + kOps + " --warmup 1 --iters 5 --intra-op-threads 1 "
+                  "--json > " + out.string()),
+            0);
+  std::ifstream in(out);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\"intra_op_threads\":1"), std::string::npos) << text;
+  fs::remove(out);
+  EXPECT_EQ(shell(kPt2run + " bench " + kNet + " --intra-op-threads 0 >/dev/null 2>&1"), 2);
+}
+
+TEST(Runtime, SetNumThreads) {
+  const int before = pt2rt::num_threads();
+  pt2rt::set_num_threads(1);
+  EXPECT_EQ(pt2rt::num_threads(), 1);
+  try {
+    pt2rt::set_num_threads(0);
+    FAIL() << "set_num_threads(0) was accepted";
+  } catch (const pt2rt::Error& e) {
+    EXPECT_EQ(e.code(), pt2rt::ErrorCode::Usage);
+    EXPECT_NE(std::string(e.what()).find("expected at least 1 thread, got 0"), std::string::npos) << e.what();
+  }
+  pt2rt::set_num_threads(before);
+  EXPECT_EQ(pt2rt::num_threads(), before);
 }
 
 }  // namespace
