@@ -9,7 +9,10 @@ cmake --preset "$FLAVOUR-asan" >/dev/null
 log "cmake --build build/$FLAVOUR-asan"
 cmake --build "$ASAN_DIR"
 # halt_on_error: the first report fails the test; leaks are checked (LeakSanitizer) in our processes.
-export ASAN_OPTIONS=halt_on_error=1:abort_on_error=0:detect_leaks=1
+# intercept_tls_get_addr=0: GCC 12's LeakSanitizer misreads glibc 2.36's dynamic TLS of dlopen'ed libraries and
+# crashes in its tracer ("Tracer caught signal 11", "DTLS ... at 0x224b8"); measured: 12/12 crashes under load
+# without it, 0/12 with it, no leak reports either way (docs/building.md).
+export ASAN_OPTIONS=halt_on_error=1:abort_on_error=0:detect_leaks=1:intercept_tls_get_addr=0
 export LSAN_OPTIONS=suppressions=$ROOT/tests/sanitizers/lsan.supp:print_suppressions=0  # libtorch's own, with reasons
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 log "ctest under ASan + UBSan ($FLAVOUR)"
