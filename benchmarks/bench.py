@@ -33,10 +33,13 @@ def run_json(cmd: list[str], **kw) -> dict:
 
 # --- C++ kernel and runtime benchmarks (Google Benchmark) -----------------------------------------------------
 
-def google_benchmark(exe: Path, args: list[str], out: Path, min_time: float) -> dict[str, float]:
-    """name -> real time in ns (the median when a name ran more than once)."""
+def google_benchmark(exe: Path, args: list[str], out: Path, min_time: float, repetitions: int = 1) -> dict[str, float]:
+    """name -> real time in ns (the median when a name ran more than once). Repetitions run in random order
+    (Google Benchmark's interleaving), so drift on a shared machine hits ours and the baseline alike."""
     cmd = [str(exe), *args, f"--benchmark_min_time={min_time}", "--benchmark_format=json", f"--benchmark_out={out}",
            "--benchmark_out_format=json"]
+    if repetitions > 1:
+        cmd += [f"--benchmark_repetitions={repetitions}", "--benchmark_enable_random_interleaving=true"]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     times: dict[str, list[float]] = {}
     for b in json.loads(out.read_text())["benchmarks"]:
@@ -65,6 +68,9 @@ def kernel_ratios(t: dict[str, float]) -> dict:
                          "aten_channels_last_ns": cl, "clone_ns": clone,
                          "ratio_vs_aten_best": min(nchw, cl) / ours, "ratio_vs_aten_nchw": nchw / ours,
                          "roofline_fraction": clone / ours})
+    dtypes = ["float32", "float64", "float16", "bfloat16"]
+    op.sort(key=lambda o: (dtypes.index(o["dtype"]) if o["dtype"] in dtypes else 9, o["mib"]))
+    conv.sort(key=lambda c: (c["shape"], c["dtype"] != "float32"))
     return {"identity_op": op, "class_forward": conv}
 
 
@@ -261,7 +267,7 @@ def main() -> int:
     report: dict = {"machine": {"cpu": cpu, "cores": os.cpu_count(), "torch": torch.__version__,
                                 "python": platform.python_version()},
                     "command": " ".join(sys.argv)}
-    min_time = 0.05 if args.quick else 0.5
+    min_time = 0.05 if args.quick else 0.3
     iters = 50 if args.quick else 1000
 
     if args.only in (None, "kernels"):
@@ -269,7 +275,7 @@ def main() -> int:
         sizes = "1,4" if args.quick else "1,4,16,64,256"
         times = google_benchmark(bindir / "pt2rt_bench_kernels", ["--ops", str(ops), "--sizes-mib", sizes] +
                                  (["--benchmark_filter=IdentityOp|Clone/|/1x256x28x28"] if args.quick else []),
-                                 args.out / "kernels.json", min_time)
+                                 args.out / "kernels.json", min_time, 1 if args.quick else 3)
         report["kernels"] = kernel_ratios(times)
     else:
         report["kernels"] = {"identity_op": [], "class_forward": []}
