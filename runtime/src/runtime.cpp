@@ -215,6 +215,35 @@ std::vector<Tensor> Runtime::run(const std::vector<TensorView>& inputs) const {
 const Spec& Runtime::spec() const { return impl_->spec; }
 const std::vector<std::string>& Runtime::ops_libraries() const { return impl_->libraries; }
 
+namespace detail {
+
+Golden parse_golden(const std::vector<char>& bytes, const std::string& package_path) {
+  Golden g;
+  try {
+    const c10::IValue value = unpickle(bytes);
+    const auto dict = value.toGenericDict();
+    auto tensors = [](const c10::IValue& cases) {
+      std::vector<std::vector<at::Tensor>> out;
+      for (const auto& c : cases.toListRef()) {
+        out.emplace_back();
+        for (const auto& t : c.toListRef()) out.back().push_back(t.toTensor());
+      }
+      return out;
+    };
+    for (const auto& n : dict.at("names").toListRef()) g.names.push_back(n.toStringRef());
+    g.inputs = tensors(dict.at("inputs"));
+    g.outputs = tensors(dict.at("outputs"));
+  } catch (const std::exception& e) {
+    throw Error(ErrorCode::Package, package_path + ": golden cases unreadable: " + detail::short_what(e));
+  }
+  if (g.names.empty() || g.names.size() != g.inputs.size() || g.names.size() != g.outputs.size()) {
+    throw Error(ErrorCode::Package, package_path + ": golden cases are inconsistent");
+  }
+  return g;
+}
+
+}  // namespace detail
+
 namespace {
 
 detail::Golden read_golden(const std::string& package_path, const Spec& spec) {

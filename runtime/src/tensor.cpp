@@ -179,31 +179,6 @@ std::vector<Tensor> parse_tensor_file(const std::vector<char>& bytes, const std:
   return out;
 }
 
-Golden parse_golden(const std::vector<char>& bytes, const std::string& package_path) {
-  Golden g;
-  try {
-    const c10::IValue value = unpickle(bytes);
-    const auto dict = value.toGenericDict();
-    auto tensors = [](const c10::IValue& cases) {
-      std::vector<std::vector<at::Tensor>> out;
-      for (const auto& c : cases.toListRef()) {
-        out.emplace_back();
-        for (const auto& t : c.toListRef()) out.back().push_back(t.toTensor());
-      }
-      return out;
-    };
-    for (const auto& n : dict.at("names").toListRef()) g.names.push_back(n.toStringRef());
-    g.inputs = tensors(dict.at("inputs"));
-    g.outputs = tensors(dict.at("outputs"));
-  } catch (const std::exception& e) {
-    throw Error(ErrorCode::Package, package_path + ": golden cases unreadable: " + short_what(e));
-  }
-  if (g.names.empty() || g.names.size() != g.inputs.size() || g.names.size() != g.outputs.size()) {
-    throw Error(ErrorCode::Package, package_path + ": golden cases are inconsistent");
-  }
-  return g;
-}
-
 }  // namespace detail
 
 std::vector<Tensor> load_tensors(const std::string& path) {

@@ -298,31 +298,31 @@ TEST(Pt2run, RunsWithAnEmptyEnvironment) {
   EXPECT_EQ(shell("env -i " + kPt2run + " verify " + kNet + " --ops " + kOps + " >/dev/null 2>&1"), 0);
 }
 
-TEST(Pt2run, BenchPrintsJson) {
+// The JSON `pt2run bench ... --json` prints; empty when it fails.
+std::string bench_json(const std::string& args) {
   const fs::path out = fs::temp_directory_path() / ("pt2run-bench-" + std::to_string(getpid()) + ".json");
-  ASSERT_EQ(shell(kPt2run + " bench " + kNet + " --ops " + kOps + " --warmup 2 --iters 20 --threads 2 --runners 2 "
-                  "--json > " + out.string()),
-            0);
+  const int rc = shell(kPt2run + " bench " + kNet + " --ops " + kOps + " " + args + " --json > " + out.string());
   std::ifstream in(out);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  fs::remove(out);
+  return rc == 0 ? text : std::string();
+}
+
+TEST(Pt2run, BenchPrintsJson) {
+  const std::string text = bench_json("--warmup 2 --iters 20 --threads 2 --runners 2");
+  ASSERT_FALSE(text.empty());
   for (const char* key : {"\"latency_ms\"", "\"p50\"", "\"p90\"", "\"p99\"", "\"mean\"", "\"throughput_per_s\""}) {
     EXPECT_NE(text.find(key), std::string::npos) << key << " in " << text;
   }
   // Two callers share the cores unless told otherwise.
   const unsigned split = std::max(1u, std::thread::hardware_concurrency() / 2);
   EXPECT_NE(text.find("\"intra_op_threads\":" + std::to_string(split)), std::string::npos) << text;
-  fs::remove(out);
 }
 
 TEST(Pt2run, BenchTakesIntraOpThreads) {
-  const fs::path out = fs::temp_directory_path() / ("pt2run-bench1-" + std::to_string(getpid()) + ".json");
-  ASSERT_EQ(shell(kPt2run + " bench " + kNet + " --ops " + kOps + " --warmup 1 --iters 5 --intra-op-threads 1 "
-                  "--json > " + out.string()),
-            0);
-  std::ifstream in(out);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string text = bench_json("--warmup 1 --iters 5 --intra-op-threads 1");
+  ASSERT_FALSE(text.empty());
   EXPECT_NE(text.find("\"intra_op_threads\":1"), std::string::npos) << text;
-  fs::remove(out);
   EXPECT_EQ(shell(kPt2run + " bench " + kNet + " --intra-op-threads 0 >/dev/null 2>&1"), 2);
 }
 
