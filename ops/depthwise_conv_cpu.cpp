@@ -8,6 +8,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -18,10 +19,15 @@ namespace {
 
 // Output elements per parallel task.
 constexpr int64_t kConvGrain = 1 << 14;
+// Output rows per row-kernel call (even: the kernels take rows in pairs).
+constexpr int64_t kChunkRows = 8;
 
-// The best row kernels this CPU runs, chosen once.
+// The best row kernels this CPU runs, chosen once. ATEN_CPU_CAPABILITY=default (torch's switch for its own
+// kernels) selects the baseline ones here too.
 const RowKernels& row_kernels() {
   static const RowKernels k = [] {
+    const char* capability = std::getenv("ATEN_CPU_CAPABILITY");
+    if (capability != nullptr && std::strcmp(capability, "default") == 0) return row_kernels_baseline();
     RowKernels avx2{};
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
@@ -32,8 +38,9 @@ const RowKernels& row_kernels() {
   return k;
 }
 
-// float, half and bfloat16: each task takes whole output rows of one plane. Input rows are converted to float
-// once, into a ring of K+1 zero-padded rows, and the row kernels compute two output rows at a time from them.
+// float, half and bfloat16: each task takes whole output rows of one plane. Its input rows (with the K/2 halo
+// rows above and below) are converted to float once, into a buffer of zero-padded rows, and the row kernels
+// compute two output rows at a time from it.
 template <typename scalar_t>
 void depthwise_float(const scalar_t* in, const float* weight, scalar_t* out, int64_t C, int64_t H, int64_t W,
                      int64_t k, int64_t planes) {
@@ -42,65 +49,60 @@ void depthwise_float(const scalar_t* in, const float* weight, scalar_t* out, int
   const int64_t rows_per_task = std::max<int64_t>(1, std::min<int64_t>(H, kConvGrain / std::max<int64_t>(W, 1)));
   const int64_t blocks = (H + rows_per_task - 1) / rows_per_task;
   const RowKernels& kernels = row_kernels();
-  const int64_t slots = k + 1;  // two output rows at a time need K+1 input rows
   at::parallel_for(0, planes * blocks, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> ring(static_cast<size_t>(slots * padded + padded + 2 * padded), 0.0f);
-    float* zero = ring.data() + slots * padded;  // a row of zeros, for rows outside the image
-    float* tmp0 = zero + padded;                 // output rows in float, for half types
-    float* tmp1 = tmp0 + padded;
-    std::vector<const float*> rows(static_cast<size_t>(slots));
-    std::vector<int64_t> held(static_cast<size_t>(slots), -1);  // which input row each ring slot holds
+    const int64_t buffer_rows = rows_per_task + 2 * pad;
+    // The input rows, then (for half types) the task's output rows in float; the pads are never written.
+    const bool half = !std::is_same_v<scalar_t, float>;
+    std::vector<float> buffer(static_cast<size_t>(buffer_rows * padded + (half ? rows_per_task * W : 0)), 0.0f);
+    float* tmp = buffer.data() + buffer_rows * padded;
     for (int64_t task = begin; task < end; ++task) {
       const int64_t plane = task / blocks;
       const int64_t h0 = (task % blocks) * rows_per_task, h1 = std::min(H, h0 + rows_per_task);
       const scalar_t* src = in + plane * H * W;
-      const float* wk = weight + (plane % C) * k * k;
-      std::fill(held.begin(), held.end(), -1);
-      // Input row ih as a zero-padded float row, converted once per task.
-      auto input_row = [&](int64_t ih) -> const float* {
-        if (ih < 0 || ih >= H) return zero;
-        const int64_t slot = ih % slots;
-        float* r = ring.data() + slot * padded;
-        if (held[slot] != ih) {
-          const scalar_t* s = src + ih * W;  // the pads stay zero
-          if constexpr (std::is_same_v<scalar_t, float>) {
-            std::memcpy(r + pad, s, static_cast<size_t>(W) * sizeof(float));
-          } else if constexpr (std::is_same_v<scalar_t, at::BFloat16>) {
-            kernels.from_bf16(reinterpret_cast<const uint16_t*>(s), r + pad, W);
-          } else {
-            for (int64_t w = 0; w < W; ++w) r[pad + w] = static_cast<float>(s[w]);
-          }
-          held[slot] = ih;
+      // Buffer row i holds input row h0 - pad + i (zeros outside the image).
+      for (int64_t i = 0; i < h1 - h0 + 2 * pad; ++i) {
+        const int64_t ih = h0 - pad + i;
+        float* r = buffer.data() + i * padded + pad;
+        if (ih < 0 || ih >= H) {
+          std::fill(r, r + W, 0.0f);
+          continue;
         }
-        return r;
-      };
-      auto store = [&](const float* from, int64_t h) {
-        scalar_t* dst = out + (plane * H + h) * W;
-        if constexpr (std::is_same_v<scalar_t, at::BFloat16>) {
-          kernels.to_bf16(from, reinterpret_cast<uint16_t*>(dst), W);
-        } else if constexpr (!std::is_same_v<scalar_t, float>) {
-          for (int64_t w = 0; w < W; ++w) dst[w] = static_cast<scalar_t>(from[w]);
-        }
-      };
-      for (int64_t h = h0; h < h1;) {
-        const int64_t n = std::min<int64_t>(2, h1 - h);
-        for (int64_t i = 0; i < k + n - 1; ++i) rows[i] = input_row(h + i - pad);
-        float* o0 = tmp0;
-        float* o1 = tmp1;
+        const scalar_t* s = src + ih * W;
         if constexpr (std::is_same_v<scalar_t, float>) {
-          o0 = out + (plane * H + h) * W;
-          o1 = o0 + W;
-        }
-        if (n == 2) {
-          kernels.conv2(rows.data(), wk, o0, o1, W, k);
+          std::memcpy(r, s, static_cast<size_t>(W) * sizeof(float));
+        } else if constexpr (std::is_same_v<scalar_t, at::BFloat16>) {
+          kernels.from_bf16(reinterpret_cast<const uint16_t*>(s), r, W);
         } else {
-          kernels.conv(rows.data(), wk, o0, W, k);
+          for (int64_t w = 0; w < W; ++w) r[w] = static_cast<float>(s[w]);
         }
-        if constexpr (!std::is_same_v<scalar_t, float>) {
-          store(o0, h);
-          if (n == 2) store(o1, h + 1);
+      }
+      scalar_t* dst = out + (plane * H + h0) * W;
+      const float* wk = weight + (plane % C) * k * k;
+      float* result = tmp;  // float output goes straight to dst
+      if constexpr (std::is_same_v<scalar_t, float>) result = dst;
+      // The next task's input is fetched from memory while this one computes, a slice per chunk of rows.
+      const char* next = nullptr;
+      int64_t next_bytes = 0;
+      if (task + 1 < end) {
+        const int64_t np = (task + 1) / blocks, nh0 = ((task + 1) % blocks) * rows_per_task;
+        const int64_t first = std::max<int64_t>(0, nh0 - pad), last = std::min(H, nh0 + rows_per_task + pad);
+        next = reinterpret_cast<const char*>(in + (np * H + first) * W);
+        next_bytes = (last - first) * W * static_cast<int64_t>(sizeof(scalar_t));
+      }
+      const int64_t n = h1 - h0;
+      for (int64_t c = 0; c < n; c += kChunkRows) {
+        const int64_t m = std::min(kChunkRows, n - c);
+        if (next != nullptr) {
+          for (int64_t b = (next_bytes * c / n) & ~int64_t{63}; b < next_bytes * (c + m) / n; b += 64) {
+            __builtin_prefetch(next + b, 0, 2);
+          }
         }
-        h += n;
+        kernels.rows(buffer.data() + c * padded, padded, wk, result + c * W, m, W, k);
+      }
+      if constexpr (std::is_same_v<scalar_t, at::BFloat16>) {
+        kernels.to_bf16(tmp, reinterpret_cast<uint16_t*>(dst), n * W);
+      } else if constexpr (!std::is_same_v<scalar_t, float>) {
+        for (int64_t i = 0; i < n * W; ++i) dst[i] = static_cast<scalar_t>(tmp[i]);
       }
     }
   });

@@ -1,6 +1,5 @@
-// Included by depthwise_row_<isa>.cpp only, inside a namespace of that ISA. Register-blocked: outputs live in
-// vector accumulators while all K*K taps are applied, one accumulator chain per kernel row (FMA latency, not
-// throughput, bounds a single chain), so each output is written once.
+// Included by depthwise_row_<isa>.cpp only. Register-blocked: outputs live in vector accumulators while all K*K
+// taps are applied, so each output is written once; enough independent accumulators to hide the FMA latency.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +9,14 @@ namespace {
 
 typedef float v8f __attribute__((vector_size(32)));
 
+// Output vectors per row in block2: 2 * kWide accumulators must fit the 16 vector registers with room for the
+// loads; a v8f takes one register with AVX and two without.
+#if defined(__AVX__)
+constexpr int kWide = 4;
+#else
+constexpr int kWide = 2;
+#endif
+
 inline v8f load8(const float* p) {
   v8f v;
   std::memcpy(&v, p, sizeof v);
@@ -18,7 +25,8 @@ inline v8f load8(const float* p) {
 
 inline void store8(float* p, v8f v) { std::memcpy(p, &v, sizeof v); }
 
-template <int K, int V>  // V vectors of 8 outputs from rows[i] + w, stored at out
+// One output row, V vectors of 8 outputs from rows[i] + w; one accumulator chain per kernel row and vector.
+template <int K, int V>
 inline void block(const float* const* rows, const float* wk, int64_t w, float* out) {
   v8f acc[K][V] = {};
 #pragma GCC unroll 8
@@ -40,83 +48,107 @@ inline void block(const float* const* rows, const float* wk, int64_t w, float* o
   }
 }
 
-// Two output rows (h, h+1) from K+1 input rows: each loaded vector feeds both rows' accumulators.
-template <int K>
+// Two output rows (h, h+1), V vectors of 8 outputs each, from K+1 input rows: each loaded vector feeds both
+// rows. Kernel row r accumulates into a[r % S]: 2 * V * S independent FMA chains hide the FMA latency (S grows as
+// V shrinks) while all accumulators stay in registers.
+template <int K, int V>
 inline void block2(const float* const* rows, const float* wk, int64_t w, float* out0, float* out1) {
-  v8f a0[K] = {}, a1[K] = {};
+  constexpr int S = (4 / V < K) ? 4 / V : K;
+  v8f a0[S][V] = {}, a1[S][V] = {};
 #pragma GCC unroll 8
   for (int r = 0; r <= K; ++r) {
     const float* p = rows[r] + w;
 #pragma GCC unroll 8
     for (int j = 0; j < K; ++j) {
-      const v8f x = load8(p + j);
-      if (r < K) a0[r] += wk[r * K + j] * x;
-      if (r >= 1) a1[r - 1] += wk[(r - 1) * K + j] * x;
+      v8f x[V];
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) x[v] = load8(p + j + 8 * v);
+      if (r < K) {
+        const float t = wk[r * K + j];
+#pragma GCC unroll 4
+        for (int v = 0; v < V; ++v) a0[r % S][v] += t * x[v];
+      }
+      if (r >= 1) {
+        const float t = wk[(r - 1) * K + j];
+#pragma GCC unroll 4
+        for (int v = 0; v < V; ++v) a1[(r - 1) % S][v] += t * x[v];
+      }
     }
   }
-  v8f s0 = a0[0], s1 = a1[0];
-#pragma GCC unroll 8
-  for (int i = 1; i < K; ++i) {
-    s0 += a0[i];
-    s1 += a1[i];
+#pragma GCC unroll 4
+  for (int v = 0; v < V; ++v) {
+    v8f s0 = a0[0][v], s1 = a1[0][v];
+#pragma GCC unroll 4
+    for (int i = 1; i < S; ++i) {
+      s0 += a0[i][v];
+      s1 += a1[i][v];
+    }
+    store8(out0 + 8 * v, s0);
+    store8(out1 + 8 * v, s1);
   }
-  store8(out0, s0);
-  store8(out1, s1);
 }
 
+// A partial last vector reads into the rows' slack and keeps what is inside the row.
 template <int K>
-void rows2_k(const float* const* rows, const float* weight, float* out0, float* out1, int64_t W) {
-  float wk[K * K];
-  for (int i = 0; i < K * K; ++i) wk[i] = weight[i];
+inline void pair(const float* const* rows, const float* wk, float* out0, float* out1, int64_t W) {
   int64_t w = 0;
-  for (; w + 8 <= W; w += 8) block2<K>(rows, wk, w, out0 + w, out1 + w);
+  for (; w + 8 * kWide <= W; w += 8 * kWide) block2<K, kWide>(rows, wk, w, out0 + w, out1 + w);
+  if constexpr (kWide > 2) {
+    for (; w + 16 <= W; w += 16) block2<K, 2>(rows, wk, w, out0 + w, out1 + w);
+  }
+  for (; w + 8 <= W; w += 8) block2<K, 1>(rows, wk, w, out0 + w, out1 + w);
   if (w < W) {
     float t0[8], t1[8];
-    block2<K>(rows, wk, w, t0, t1);
+    block2<K, 1>(rows, wk, w, t0, t1);
     std::memcpy(out0 + w, t0, static_cast<size_t>(W - w) * sizeof(float));
     std::memcpy(out1 + w, t1, static_cast<size_t>(W - w) * sizeof(float));
   }
 }
 
 template <int K>
-void row_k(const float* const* rows, const float* weight, float* out, int64_t W) {
-  float wk[K * K];
-  for (int i = 0; i < K * K; ++i) wk[i] = weight[i];
+inline void single(const float* const* rows, const float* wk, float* out, int64_t W) {
   int64_t w = 0;
   for (; w + 16 <= W; w += 16) block<K, 2>(rows, wk, w, out + w);
   for (; w + 8 <= W; w += 8) block<K, 1>(rows, wk, w, out + w);
-  if (w < W) {  // reads into the rows' slack, keeps what is inside the row
+  if (w < W) {
     float tail[8];
     block<K, 1>(rows, wk, w, tail);
     std::memcpy(out + w, tail, static_cast<size_t>(W - w) * sizeof(float));
   }
 }
 
-void row_any(const float* const* rows, const float* weight, float* out, int64_t W, int64_t K) {
-  switch (K) {
-    case 1: return row_k<1>(rows, weight, out, W);
-    case 3: return row_k<3>(rows, weight, out, W);
-    case 5: return row_k<5>(rows, weight, out, W);
-    case 7: return row_k<7>(rows, weight, out, W);
-    default:
-      for (int64_t w = 0; w < W; ++w) {
-        float a = 0;
-        for (int64_t i = 0; i < K; ++i)
-          for (int64_t j = 0; j < K; ++j) a += weight[i * K + j] * rows[i][w + j];
-        out[w] = a;
-      }
+// n output rows, two at a time; the weights are read once per call.
+template <int K>
+void rows_k(const float* in, int64_t stride, const float* weight, float* out, int64_t n, int64_t W) {
+  float wk[K * K];
+  for (int i = 0; i < K * K; ++i) wk[i] = weight[i];
+  const float* rows[K + 1];
+  int64_t h = 0;
+  for (; h + 2 <= n; h += 2) {
+    for (int i = 0; i <= K; ++i) rows[i] = in + (h + i) * stride;
+    pair<K>(rows, wk, out + h * W, out + (h + 1) * W, W);
+  }
+  if (h < n) {
+    for (int i = 0; i < K; ++i) rows[i] = in + (h + i) * stride;
+    single<K>(rows, wk, out + h * W, W);
   }
 }
 
-void rows2_any(const float* const* rows, const float* weight, float* out0, float* out1, int64_t W, int64_t K) {
+void rows_any(const float* in, int64_t stride, const float* weight, float* out, int64_t n, int64_t W, int64_t K) {
   switch (K) {
-    case 1: return rows2_k<1>(rows, weight, out0, out1, W);
-    case 3: return rows2_k<3>(rows, weight, out0, out1, W);
-    case 5: return rows2_k<5>(rows, weight, out0, out1, W);
-    case 7: return rows2_k<7>(rows, weight, out0, out1, W);
+    case 1: return rows_k<1>(in, stride, weight, out, n, W);
+    case 3: return rows_k<3>(in, stride, weight, out, n, W);
+    case 5: return rows_k<5>(in, stride, weight, out, n, W);
+    case 7: return rows_k<7>(in, stride, weight, out, n, W);
     default:
-      row_any(rows, weight, out0, W, K);
-      row_any(rows + 1, weight, out1, W, K);
+      for (int64_t h = 0; h < n; ++h) {
+        for (int64_t w = 0; w < W; ++w) {
+          float a = 0;
+          for (int64_t i = 0; i < K; ++i)
+            for (int64_t j = 0; j < K; ++j) a += weight[i * K + j] * in[(h + i) * stride + w + j];
+          out[h * W + w] = a;
+        }
+      }
   }
 }
 
@@ -137,6 +169,6 @@ void to_bf16(const float* in, uint16_t* out, int64_t n) {
   }
 }
 
-my_ops::RowKernels kernels() { return {&row_any, &rows2_any, &from_bf16, &to_bf16}; }
+my_ops::RowKernels kernels() { return {&rows_any, &from_bf16, &to_bf16}; }
 
 }  // namespace

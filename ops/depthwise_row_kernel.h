@@ -1,4 +1,4 @@
-// The inner loop of the CPU depthwise convolution: one output row from K zero-padded float input rows.
+// The inner loop of the CPU depthwise convolution: output rows from K zero-padded float input rows each.
 // Pure float code without torch headers, compiled once per ISA (depthwise_row_<isa>.cpp); an inline function
 // from a shared header compiled with -mavx2 could otherwise replace the baseline copy at link time.
 #pragma once
@@ -7,13 +7,12 @@
 
 namespace my_ops {
 
-// rows[i] points at input row (h + i - K/2) padded with K/2 zeros on each side (all zeros outside the image)
-// and followed by kRowSlack more readable floats; weight is the K*K taps of this channel; out receives W floats.
+// Output rows 0..n-1 of a block of one plane: output row i (W floats at out + i * W) from input rows i..i+K-1,
+// which start at in + i * stride, are zero-padded with K/2 zeros on each side and are followed by kRowSlack more
+// readable floats. weight is the K*K taps of this channel.
 constexpr int64_t kRowSlack = 8;
-using DepthwiseRowFn = void (*)(const float* const* rows, const float* weight, float* out, int64_t W, int64_t K);
-// Output rows h and h+1 at once from K+1 rows (rows[0] is input row h - K/2).
-using DepthwiseRows2Fn = void (*)(const float* const* rows, const float* weight, float* out0, float* out1, int64_t W,
-                                  int64_t K);
+using DepthwiseRowsFn = void (*)(const float* in, int64_t stride, const float* weight, float* out, int64_t n,
+                                 int64_t W, int64_t K);
 
 // bfloat16 <-> float for whole rows (bit patterns as uint16_t); to_bf16 rounds to nearest even, NaN stays NaN,
 // as c10::BFloat16 does.
@@ -21,8 +20,7 @@ using Bf16ToFloatFn = void (*)(const uint16_t* in, float* out, int64_t n);
 using FloatToBf16Fn = void (*)(const float* in, uint16_t* out, int64_t n);
 
 struct RowKernels {
-  DepthwiseRowFn conv;
-  DepthwiseRows2Fn conv2;
+  DepthwiseRowsFn rows;
   Bf16ToFloatFn from_bf16;
   FloatToBf16Fn to_bf16;
 };

@@ -1,6 +1,9 @@
 """my_ops.IdentityConvClass from Python: values against F.conv2d, state, pickling, errors."""
 
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -33,7 +36,9 @@ def test_default_weight_is_identity(k, dtype, device):
 
 
 @pytest.mark.parametrize("k", [1, 3, 5, 7])
-@pytest.mark.parametrize("hw", [(13, 17), (3, 2), (1, 1), (5, 24), (9, 31), (33, 70)], ids=lambda s: "x".join(map(str, s)))
+# Widths cover every vector block and tail of the row kernels; 40x700 splits a plane between two tasks.
+@pytest.mark.parametrize("hw", [(13, 17), (3, 2), (1, 1), (5, 24), (9, 31), (4, 56), (33, 70), (40, 700)],
+                         ids=lambda s: "x".join(map(str, s)))
 def test_forward_matches_depthwise_conv2d(k, hw, dtype, device):
     C = 6
     conv = Conv(C, k)
@@ -45,6 +50,40 @@ def test_forward_matches_depthwise_conv2d(k, hw, dtype, device):
         out = conv.forward(xi)
         assert out.is_contiguous() and out.device == x.device
         torch.testing.assert_close(out, expected, **TOL[dtype])
+
+
+BASELINE = r"""
+import sys, torch
+import export_tools
+torch.manual_seed(0)
+outs = []
+for k in (1, 3, 5, 7):
+    for hw in ((13, 17), (4, 56), (9, 31), (33, 70), (40, 700)):
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            conv = torch.classes.my_ops.IdentityConvClass(6, k)
+            w = torch.randn(6, 1, k, k)
+            conv.set_weight(w)
+            x = torch.randn(3, 6, *hw).to(dtype)
+            outs.append((x, w, conv.forward(x)))
+torch.save(outs, sys.argv[1])
+"""
+
+
+def test_baseline_cpu_kernels_match_too(tmp_path):
+    """ATEN_CPU_CAPABILITY=default selects the kernels for any x86-64 CPU (chosen once per process, so in a
+    process of its own): they meet the same tolerances, and they are not the AVX2 ones (FMA rounds once)."""
+    out = tmp_path / "baseline.pt"
+    result = subprocess.run([sys.executable, "-c", BASELINE, str(out)], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "ATEN_CPU_CAPABILITY": "default"})
+    assert result.returncode == 0, result.stderr
+    differs = False
+    for x, w, baseline in torch.load(out):
+        torch.testing.assert_close(baseline, reference(x, w), **TOL[x.dtype])
+        conv = Conv(x.shape[1], w.shape[-1])
+        conv.set_weight(w)
+        differs |= not torch.equal(conv.forward(x), baseline)
+    if torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"):
+        assert differs, "ATEN_CPU_CAPABILITY=default gave bit-identical results: the baseline kernels did not run"
 
 
 def test_weight_dtype_is_kept_and_used(device):
