@@ -87,12 +87,12 @@ def pt2run_latency(pt2run: Path, package: Path, ops: Path, inputs: Path | None, 
 
 PYTHON_LATENCY = r"""
 import json, sys, time, statistics, torch
-ops, package, inputs, iters = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+ops, package, inputs, iters, factory = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
 torch.ops.load_library(ops)
 import export_tools  # the fakes, so torch.compile can trace the ops
 from export_tools import models
 x = torch.load(inputs)
-model, _ = models.identity_conv_net()
+model, _ = getattr(models, factory)()
 aoti = torch._inductor.aoti_load_package(package)
 compiled = torch.compile(model, fullgraph=True)
 def p50(fn):
@@ -105,12 +105,24 @@ def p50(fn):
             fn(x)
             lat.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(lat)
-print(json.dumps({"aoti_python_ms": p50(aoti), "eager_ms": p50(model), "compile_ms": p50(compiled)}))
+result = {"aoti_python_ms": p50(aoti), "eager_ms": p50(model), "compile_ms": p50(compiled)}
+if hasattr(model, "depthwise"):  # where the example model's time goes, eager, one part at a time
+    with torch.inference_mode():
+        y = model.depthwise.forward(x)
+        z = torch.ops.my_ops.identity_conv_op(y)
+    result["parts_ms"] = {
+        "IdentityConvClass.forward": p50(lambda _: model.depthwise.forward(x)),
+        "identity_conv_op": p50(lambda _: torch.ops.my_ops.identity_conv_op(y)),
+        "ATen conv2d + relu": p50(lambda _: torch.relu(model.conv(z))),
+    }
+print(json.dumps(result))
 """
 
 
-def python_latency(python: str, package: Path, ops: Path, inputs: Path, iters: int) -> dict:
-    return run_json([python, "-c", PYTHON_LATENCY, str(ops), str(package), str(inputs), str(iters)], cwd=ROOT)
+def python_latency(python: str, package: Path, ops: Path, inputs: Path, iters: int,
+                   factory: str = "identity_conv_net") -> dict:
+    return run_json([python, "-c", PYTHON_LATENCY, str(ops), str(package), str(inputs), str(iters), factory],
+                    cwd=ROOT)
 
 
 # --- Cold start and peak RSS -----------------------------------------------------------------------------------
@@ -169,6 +181,11 @@ def goals(report: dict) -> list[dict]:
         small = report["latency"]["small"]
         rows.append({"goal": "pt2run p50 / Python AOTI p50 (small input)", "target": 0.7, "lower_is_better": True,
                      "value": small["pt2run_ms"] / small["aoti_python_ms"], "where": small["input"]})
+        if "op_only" in report["latency"]:
+            tiny = report["latency"]["op_only"]
+            rows.append({"goal": "pt2run p50 / Python AOTI p50 (op-only package)", "target": 0.7,
+                         "lower_is_better": True, "value": tiny["pt2run_ms"] / tiny["aoti_python_ms"],
+                         "where": tiny["input"]})
     if "cold_start" in report:
         c = report["cold_start"]
         rows.append({"goal": "pt2run cold start / Python", "target": 0.15, "lower_is_better": True,
@@ -198,6 +215,8 @@ def print_table(report: dict) -> None:
     for name, lat in report.get("latency", {}).items():
         print(f"\nper-call p50, {name} input {lat['input']}: pt2run {lat['pt2run_ms']:.3f} ms, Python AOTI "
               f"{lat['aoti_python_ms']:.3f} ms, eager {lat['eager_ms']:.3f} ms, torch.compile {lat['compile_ms']:.3f} ms")
+        if "parts_ms" in lat:
+            print("  its parts, eager: " + ", ".join(f"{k} {v:.3f} ms" for k, v in lat["parts_ms"].items()))
     if "cold_start" in report:
         c = report["cold_start"]
         print(f"\ncold start: pt2run {c['pt2run_s']:.2f} s ({c['pt2run_peak_rss_mib']:.0f} MiB peak) vs Python "
@@ -249,6 +268,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--build", type=Path, required=True, help="the build directory (bin/, lib/)")
     parser.add_argument("--package", type=Path, required=True, help="the example package (dynamic batch)")
+    parser.add_argument("--op-package", type=Path,
+                        help="the op-only example package: per-call latency where the model itself costs ~nothing")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--quick", action="store_true", help="shorter runs and small tensors only (a smoke run)")
     parser.add_argument("--only", choices=["kernels", "runtime"], help="one part only")
@@ -312,6 +333,15 @@ def main() -> int:
                 ours = pt2run_latency(bindir / "pt2run", args.package, ops, path, iters)
                 theirs = python_latency(sys.executable, args.package, ops, path, iters)
                 report["latency"][name] = {"input": list(x.shape), "pt2run_ms": ours["latency_ms"]["p50"], **theirs}
+            if args.op_package:
+                _, (tiny,) = models.identity_conv_op_only()
+                path = Path(tmp) / "op_only.pt"
+                torch.save(tiny, path)
+                log(f"per-call latency, op-only package, input {list(tiny.shape)}")
+                ours = pt2run_latency(bindir / "pt2run", args.op_package, ops, path, iters)
+                theirs = python_latency(sys.executable, args.op_package, ops, path, iters, "identity_conv_op_only")
+                report["latency"]["op_only"] = {"input": list(tiny.shape), "pt2run_ms": ours["latency_ms"]["p50"],
+                                                **theirs}
             log("cold start and peak RSS")
             report["cold_start"] = cold_start(bindir / "pt2run", sys.executable, args.package, ops,
                                               Path(tmp) / "small.pt", 3 if args.quick else 5)

@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("package", package);
   benchmark::AddCustomContext("batch", shape);
   // Interleaved, so slow drift on a shared machine hits both alike.
-  for (int round = 0; round < 3; ++round) {
+  for (int round = 0; round < 7; ++round) {
     benchmark::RegisterBenchmark(("RawLoaderRun/batch" + shape).c_str(), raw_run)->UseRealTime();
     benchmark::RegisterBenchmark(("RuntimeRun/batch" + shape).c_str(), runtime_run)->UseRealTime();
   }

@@ -1,0 +1,61 @@
+"""benchmarks/bench.py's arithmetic: ratios and goal verdicts from measured times (no timing here)."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+spec = importlib.util.spec_from_file_location("bench", Path(__file__).resolve().parents[2] / "benchmarks" / "bench.py")
+bench = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench)
+
+
+def test_kernel_ratios_pick_atens_fastest_layout():
+    times = {
+        "IdentityOp/float32/64MiB": 100.0, "Clone/float32/64MiB": 95.0,
+        "ClassForward/8x64x56x56_k3/float32": 50.0, "AtenConv/nchw/8x64x56x56_k3/float32": 200.0,
+        "AtenConv/channels_last/8x64x56x56_k3/float32": 60.0, "CloneInput/8x64x56x56_k3/float32": 10.0,
+    }
+    r = bench.kernel_ratios(times)
+    assert r["identity_op"] == [{"dtype": "float32", "mib": 64, "op_ns": 100.0, "clone_ns": 95.0,
+                                 "ratio_vs_clone": 0.95}]
+    c = r["class_forward"][0]
+    assert c["ratio_vs_aten_best"] == pytest.approx(1.2) and c["ratio_vs_aten_nchw"] == pytest.approx(4.0)
+    assert c["roofline_fraction"] == pytest.approx(0.2)
+
+
+def report(pt2run_small_ms=0.25, pt2run_tiny_ms=0.004):
+    return {
+        "kernels": bench.kernel_ratios({"IdentityOp/float32/64MiB": 100.0, "Clone/float32/64MiB": 85.0}),
+        "runtime_overhead": [{"batch": 4, "runtime_ns": 101.0, "raw_ns": 100.0, "overhead": 0.01}],
+        "latency": {"small": {"input": [4, 3, 32, 32], "pt2run_ms": pt2run_small_ms, "aoti_python_ms": 0.26,
+                              "eager_ms": 0.3, "compile_ms": 0.5},
+                    "op_only": {"input": [2, 3, 16, 16], "pt2run_ms": pt2run_tiny_ms, "aoti_python_ms": 0.02,
+                                "eager_ms": 0.01, "compile_ms": 0.03}},
+        "cold_start": {"pt2run_s": 0.4, "python_s": 6.0, "pt2run_peak_rss_mib": 200,
+                       "python_peak_rss_mib": 300},
+        "throughput": [{"runners": 1, "throughput_per_s": 1000.0}, {"runners": 2, "throughput_per_s": 1700.0}],
+    }
+
+
+def test_goal_verdicts_follow_the_targets():
+    verdicts = {g["goal"]: (round(g["value"], 3), g["met"]) for g in bench.goals(report())}
+    assert verdicts == {
+        "op bandwidth vs clone() at >= 64 MiB (worst)": (0.85, False),
+        "Runtime::run time / raw AOTI loader (worst)": (1.01, True),
+        "pt2run p50 / Python AOTI p50 (small input)": (0.962, False),
+        "pt2run p50 / Python AOTI p50 (op-only package)": (0.2, True),
+        "pt2run cold start / Python": (0.067, True),
+        "throughput, 2 runners / 1 runner": (1.7, False),
+    }
+    assert {g["goal"]: g["met"] for g in bench.goals(report(pt2run_small_ms=0.1))}[
+        "pt2run p50 / Python AOTI p50 (small input)"]
+
+
+def test_table_prints_every_measure(capsys):
+    r = report()
+    r["goals"] = bench.goals(r)
+    bench.print_table(r)
+    out = capsys.readouterr().out
+    assert "[NOT MET] op bandwidth" in out and "[met    ] pt2run cold start" in out
+    assert "op_only input [2, 3, 16, 16]: pt2run 0.004 ms" in out
