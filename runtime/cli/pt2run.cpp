@@ -189,6 +189,8 @@ int cmd_bench(const std::string& package, const std::vector<std::string>& ops, c
 }  // namespace
 
 int main(int argc, char** argv) {
+  // pt2run owns its process: per-call model buffers stay mapped between runs (see keep_freed_memory).
+  pt2rt::keep_freed_memory();
   CLI::App app{"pt2run: run model.pt2 packages made by export_tools, without Python.\n"
                "Exit codes: 0 ok, 1 verification mismatch, 2 usage, 3 package, 4 ops library, 5 input, 6 I/O, "
                "7 runtime."};
