@@ -8,6 +8,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
@@ -19,6 +20,8 @@ namespace {
 
 // Output elements per parallel task.
 constexpr int64_t kConvGrain = 1 << 14;
+// Multiply-adds a thread must have before another one is woken (waking one costs ~5-10 us).
+constexpr int64_t kMinMacsPerThread = int64_t{1} << 16;
 // Output rows per row-kernel call (even: the kernels take rows in pairs).
 constexpr int64_t kChunkRows = 8;
 
@@ -49,60 +52,70 @@ void depthwise_float(const scalar_t* in, const float* weight, scalar_t* out, int
   const int64_t rows_per_task = std::max<int64_t>(1, std::min<int64_t>(H, kConvGrain / std::max<int64_t>(W, 1)));
   const int64_t blocks = (H + rows_per_task - 1) / rows_per_task;
   const RowKernels& kernels = row_kernels();
-  at::parallel_for(0, planes * blocks, 1, [&](int64_t begin, int64_t end) {
+  const int64_t tasks = planes * blocks;
+  // Threads only for enough work to pay for waking them; tasks handed out in small chunks as threads ask, so a
+  // core slowed by something else (a shared machine) does less of the work instead of holding the others up.
+  const int64_t workers = std::min<int64_t>(
+      {at::get_num_threads(), tasks, std::max<int64_t>(1, planes * H * W * k * k / kMinMacsPerThread)});
+  const int64_t chunk = workers == 1 ? tasks : std::clamp<int64_t>(tasks / (workers * 8), 1, 8);
+  std::atomic<int64_t> next_chunk{0};
+  at::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
     const int64_t buffer_rows = rows_per_task + 2 * pad;
     // The input rows, then (for half types) the task's output rows in float; the pads are never written.
     const bool half = !std::is_same_v<scalar_t, float>;
     std::vector<float> buffer(static_cast<size_t>(buffer_rows * padded + (half ? rows_per_task * W : 0)), 0.0f);
     float* tmp = buffer.data() + buffer_rows * padded;
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t plane = task / blocks;
-      const int64_t h0 = (task % blocks) * rows_per_task, h1 = std::min(H, h0 + rows_per_task);
-      const scalar_t* src = in + plane * H * W;
-      // Buffer row i holds input row h0 - pad + i (zeros outside the image).
-      for (int64_t i = 0; i < h1 - h0 + 2 * pad; ++i) {
-        const int64_t ih = h0 - pad + i;
-        float* r = buffer.data() + i * padded + pad;
-        if (ih < 0 || ih >= H) {
-          std::fill(r, r + W, 0.0f);
-          continue;
-        }
-        const scalar_t* s = src + ih * W;
-        if constexpr (std::is_same_v<scalar_t, float>) {
-          std::memcpy(r, s, static_cast<size_t>(W) * sizeof(float));
-        } else if constexpr (std::is_same_v<scalar_t, at::BFloat16>) {
-          kernels.from_bf16(reinterpret_cast<const uint16_t*>(s), r, W);
-        } else {
-          for (int64_t w = 0; w < W; ++w) r[w] = static_cast<float>(s[w]);
-        }
-      }
-      scalar_t* dst = out + (plane * H + h0) * W;
-      const float* wk = weight + (plane % C) * k * k;
-      float* result = tmp;  // float output goes straight to dst
-      if constexpr (std::is_same_v<scalar_t, float>) result = dst;
-      // The next task's input is fetched from memory while this one computes, a slice per chunk of rows.
-      const char* next = nullptr;
-      int64_t next_bytes = 0;
-      if (task + 1 < end) {
-        const int64_t np = (task + 1) / blocks, nh0 = ((task + 1) % blocks) * rows_per_task;
-        const int64_t first = std::max<int64_t>(0, nh0 - pad), last = std::min(H, nh0 + rows_per_task + pad);
-        next = reinterpret_cast<const char*>(in + (np * H + first) * W);
-        next_bytes = (last - first) * W * static_cast<int64_t>(sizeof(scalar_t));
-      }
-      const int64_t n = h1 - h0;
-      for (int64_t c = 0; c < n; c += kChunkRows) {
-        const int64_t m = std::min(kChunkRows, n - c);
-        if (next != nullptr) {
-          for (int64_t b = (next_bytes * c / n) & ~int64_t{63}; b < next_bytes * (c + m) / n; b += 64) {
-            __builtin_prefetch(next + b, 0, 2);
+    for (int64_t begin; (begin = next_chunk.fetch_add(chunk)) < tasks;) {
+      const int64_t end = std::min(tasks, begin + chunk);
+      for (int64_t task = begin; task < end; ++task) {
+        const int64_t plane = task / blocks;
+        const int64_t h0 = (task % blocks) * rows_per_task, h1 = std::min(H, h0 + rows_per_task);
+        const scalar_t* src = in + plane * H * W;
+        // Buffer row i holds input row h0 - pad + i (zeros outside the image).
+        for (int64_t i = 0; i < h1 - h0 + 2 * pad; ++i) {
+          const int64_t ih = h0 - pad + i;
+          float* r = buffer.data() + i * padded + pad;
+          if (ih < 0 || ih >= H) {
+            std::fill(r, r + W, 0.0f);
+            continue;
+          }
+          const scalar_t* s = src + ih * W;
+          if constexpr (std::is_same_v<scalar_t, float>) {
+            std::memcpy(r, s, static_cast<size_t>(W) * sizeof(float));
+          } else if constexpr (std::is_same_v<scalar_t, at::BFloat16>) {
+            kernels.from_bf16(reinterpret_cast<const uint16_t*>(s), r, W);
+          } else {
+            for (int64_t w = 0; w < W; ++w) r[w] = static_cast<float>(s[w]);
           }
         }
-        kernels.rows(buffer.data() + c * padded, padded, wk, result + c * W, m, W, k);
-      }
-      if constexpr (std::is_same_v<scalar_t, at::BFloat16>) {
-        kernels.to_bf16(tmp, reinterpret_cast<uint16_t*>(dst), n * W);
-      } else if constexpr (!std::is_same_v<scalar_t, float>) {
-        for (int64_t i = 0; i < n * W; ++i) dst[i] = static_cast<scalar_t>(tmp[i]);
+        scalar_t* dst = out + (plane * H + h0) * W;
+        const float* wk = weight + (plane % C) * k * k;
+        float* result = tmp;  // float output goes straight to dst
+        if constexpr (std::is_same_v<scalar_t, float>) result = dst;
+        // The next task's input is fetched from memory while this one computes, a slice per chunk of rows.
+        const char* next = nullptr;
+        int64_t next_bytes = 0;
+        if (task + 1 < end) {
+          const int64_t np = (task + 1) / blocks, nh0 = ((task + 1) % blocks) * rows_per_task;
+          const int64_t first = std::max<int64_t>(0, nh0 - pad), last = std::min(H, nh0 + rows_per_task + pad);
+          next = reinterpret_cast<const char*>(in + (np * H + first) * W);
+          next_bytes = (last - first) * W * static_cast<int64_t>(sizeof(scalar_t));
+        }
+        const int64_t n = h1 - h0;
+        for (int64_t c = 0; c < n; c += kChunkRows) {
+          const int64_t m = std::min(kChunkRows, n - c);
+          if (next != nullptr) {
+            for (int64_t b = (next_bytes * c / n) & ~int64_t{63}; b < next_bytes * (c + m) / n; b += 64) {
+              __builtin_prefetch(next + b, 0, 2);
+            }
+          }
+          kernels.rows(buffer.data() + c * padded, padded, wk, result + c * W, m, W, k);
+        }
+        if constexpr (std::is_same_v<scalar_t, at::BFloat16>) {
+          kernels.to_bf16(tmp, reinterpret_cast<uint16_t*>(dst), n * W);
+        } else if constexpr (!std::is_same_v<scalar_t, float>) {
+          for (int64_t i = 0; i < n * W; ++i) dst[i] = static_cast<scalar_t>(tmp[i]);
+        }
       }
     }
   });
