@@ -119,8 +119,7 @@ print(json.dumps(result))
 """
 
 
-def python_latency(python: str, package: Path, ops: Path, inputs: Path, iters: int,
-                   factory: str = "identity_conv_net") -> dict:
+def python_latency(python: str, package: Path, ops: Path, inputs: Path, iters: int, factory: str) -> dict:
     return run_json([python, "-c", PYTHON_LATENCY, str(ops), str(package), str(inputs), str(iters), factory],
                     cwd=ROOT)
 
@@ -322,26 +321,20 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as tmp:
             from export_tools import models
             _, (example,) = models.identity_conv_net()
-            inputs = {"small": example}
+            # name -> (package, model factory, input)
+            cases = {"small": (args.package, "identity_conv_net", example)}
             if large_batch:
-                inputs["large"] = torch.randn(large_batch, *example.shape[1:])
+                cases["large"] = (args.package, "identity_conv_net", torch.randn(large_batch, *example.shape[1:]))
+            if args.op_package:
+                cases["op_only"] = (args.op_package, "identity_conv_op_only", models.identity_conv_op_only()[1][0])
             report["latency"] = {}
-            for name, x in inputs.items():
+            for name, (package, factory, x) in cases.items():
                 path = Path(tmp) / f"{name}.pt"
                 torch.save(x, path)
                 log(f"per-call latency, {name} input {list(x.shape)}")
-                ours = pt2run_latency(bindir / "pt2run", args.package, ops, path, iters)
-                theirs = python_latency(sys.executable, args.package, ops, path, iters)
+                ours = pt2run_latency(bindir / "pt2run", package, ops, path, iters)
+                theirs = python_latency(sys.executable, package, ops, path, iters, factory)
                 report["latency"][name] = {"input": list(x.shape), "pt2run_ms": ours["latency_ms"]["p50"], **theirs}
-            if args.op_package:
-                _, (tiny,) = models.identity_conv_op_only()
-                path = Path(tmp) / "op_only.pt"
-                torch.save(tiny, path)
-                log(f"per-call latency, op-only package, input {list(tiny.shape)}")
-                ours = pt2run_latency(bindir / "pt2run", args.op_package, ops, path, iters)
-                theirs = python_latency(sys.executable, args.op_package, ops, path, iters, "identity_conv_op_only")
-                report["latency"]["op_only"] = {"input": list(tiny.shape), "pt2run_ms": ours["latency_ms"]["p50"],
-                                                **theirs}
             log("cold start and peak RSS")
             report["cold_start"] = cold_start(bindir / "pt2run", sys.executable, args.package, ops,
                                               Path(tmp) / "small.pt", 3 if args.quick else 5)

@@ -5,18 +5,19 @@
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 "$ROOT/scripts/build.sh"
 export IDENTITY_CONV_OPS_LIBRARY=$BUILD_DIR/lib/libidentity_conv_ops.so
+# export_if_missing PACKAGE FACTORY [EXPORT ARGS...]
+export_if_missing() {
+  local package=$1 factory=$2
+  shift 2
+  [ -f "$package" ] && return
+  log "export $factory -> ${package#"$ROOT"/}"
+  mkdir -p "$(dirname "$package")"
+  "$PYTHON" -m export_tools -q export --model "export_tools.models:$factory" --out "$package" "$@"
+}
 PACKAGE=$ROOT/build/models/identity_conv_net.pt2
-if [ ! -f "$PACKAGE" ]; then
-  log "export identity_conv_net (dynamic batch 1..32) -> build/models/identity_conv_net.pt2"
-  mkdir -p "$ROOT/build/models"
-  "$PYTHON" -m export_tools -q export --model export_tools.models:identity_conv_net --out "$PACKAGE" \
-    --dynamic-batch 1:32
-fi
 OP_PACKAGE=$ROOT/build/models/identity_conv_op_only.pt2
-if [ ! -f "$OP_PACKAGE" ]; then
-  log "export identity_conv_op_only (static) -> build/models/identity_conv_op_only.pt2"
-  "$PYTHON" -m export_tools -q export --model export_tools.models:identity_conv_op_only --out "$OP_PACKAGE"
-fi
+export_if_missing "$PACKAGE" identity_conv_net --dynamic-batch 1:32
+export_if_missing "$OP_PACKAGE" identity_conv_op_only
 log "benchmarks -> build/bench"
 cd "$ROOT"
 "$PYTHON" benchmarks/bench.py --build "$BUILD_DIR" --package "$PACKAGE" --op-package "$OP_PACKAGE" --out "$ROOT/build/bench" ${BENCH_ARGS:-}

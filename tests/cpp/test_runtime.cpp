@@ -5,10 +5,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -345,22 +343,15 @@ TEST(Runtime, SetNumThreads) {
 }
 
 
-// Minor page faults of one `pt2run bench` process at the given input, from start to exit; -1 when it failed.
+// Minor page faults of one `pt2run bench` run (through shell(); the shell's own are the same every time);
+// -1 when it failed.
 long bench_page_faults(const std::string& input, int iters) {
-  const std::string iters_text = std::to_string(iters);
-  std::vector<const char*> argv = {"pt2run", "bench", kNet.c_str(), "--ops", kOps.c_str(), "--input", input.c_str(),
-                                   "--warmup", "5", "--iters", iters_text.c_str(), "--intra-op-threads", "1", nullptr};
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const int null = open("/dev/null", O_WRONLY);
-    dup2(null, STDOUT_FILENO);
-    execv(kPt2run.c_str(), const_cast<char* const*>(argv.data()));
-    _exit(127);
-  }
-  int status = 0;
-  rusage usage{};
-  if (pid < 0 || wait4(pid, &status, 0, &usage) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return -1;
-  return usage.ru_minflt;
+  rusage before{}, after{};
+  getrusage(RUSAGE_CHILDREN, &before);
+  const int rc = shell(kPt2run + " bench " + kNet + " --ops " + kOps + " --input " + input + " --warmup 5 --iters " +
+                       std::to_string(iters) + " --intra-op-threads 1 >/dev/null");
+  getrusage(RUSAGE_CHILDREN, &after);
+  return rc == 0 ? after.ru_minflt - before.ru_minflt : -1;
 }
 
 TEST(Pt2run, RunsDoNotFaultTheirBuffersInAgain) {
