@@ -20,7 +20,7 @@ except OpsLibraryError:
     if not _started_as_cli():
         raise
 
-from .export import ExportError, export_package, read_spec, verify_package  # noqa: E402
+from .export import ExportError, export_package, load_package, read_spec, verify_package  # noqa: E402
 
-__all__ = ["ExportError", "OpsLibraryError", "export_package", "library_path", "load_library", "read_spec",
-           "verify_package"]
+__all__ = ["ExportError", "OpsLibraryError", "export_package", "library_path", "load_library", "load_package",
+           "read_spec", "verify_package"]

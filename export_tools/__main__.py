@@ -35,6 +35,14 @@ def _dynamic_batch(text: str) -> tuple[int, int]:
     return lo, hi
 
 
+def _cpu_isa(text: str) -> list[str]:
+    from .cpu import CpuVariantError, parse_names
+    try:
+        return parse_names(text)
+    except CpuVariantError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _load_factory(spec: str):
     """MODULE:FACTORY -> FACTORY() -> (model, example_inputs)."""
     module_name, sep, attr = spec.partition(":")
@@ -97,14 +105,14 @@ def _format_spec(spec: dict) -> str:
     lines = [f"package      {spec['model']}  ({spec['format']}, {spec['created_by']})",
              f"device       {spec['device']}" + (f"  (CUDA {spec['cuda']['version']}, sm {spec['cuda']['compute_capability']})"
                                                  if spec.get("cuda") else ""),
-             f"cpu isa      {spec['cpu_isa']}",
              f"torch        {spec['torch_version']}"]
     lines += [f"input        {e['name']}: {shape(e)}" for e in spec["inputs"]]
     lines += [f"output       {e['name']}: {shape(e)}" for e in spec["outputs"]]
     lines += [f"custom op    {e['name']}  <- {e['library']}" for e in spec["custom_ops"]]
     lines += [f"custom class {e['name']} ({', '.join(e['methods'])})  <- {e['library']}" for e in spec["custom_classes"]]
-    lib = spec.get("model_library") or {}
-    lines.append(f"model lib    {lib.get('record')}  sha256 {lib.get('sha256')}")
+    for v in spec["variants"]:
+        lines.append(f"variant      {v['isa']:<8} {v['arch']} model {v['model']}  {v['record']}  sha256 {v['sha256']}")
+        lines.append(f"  features   {' '.join(v['cpu_features']) or '(baseline ' + v['arch'] + ')'}")
     g = spec.get("golden") or {}
     tol = ", ".join(f"{k} rtol={v['rtol']:g} atol={v['atol']:g}" for k, v in g.get("tolerances", {}).items())
     lines.append(f"golden       {g.get('count')} cases in {g.get('record')}  ({tol})")
@@ -123,9 +131,12 @@ def _cmd_inspect(args) -> int:
 def _cmd_verify(args) -> int:
     from .export import verify_package
     report = verify_package(args.package)
+    if not report:
+        print(f"{args.package}: none of its CPU variants runs on this machine; nothing was verified", file=sys.stderr)
+        return EXIT_MISMATCH
     for r in report:
         status = "ok  " if r["passed"] else "FAIL"
-        print(f"{status} {r['name']:<24} max abs {r['max_abs_error']:.3g}  max rel {r['max_rel_error']:.3g}"
+        print(f"{status} {r['variant']:<8} {r['name']:<24} max abs {r['max_abs_error']:.3g}  max rel {r['max_rel_error']:.3g}"
               + (f"  {r['reason']}" if r["reason"] else ""))
     return EXIT_OK if all(r["passed"] for r in report) else EXIT_MISMATCH
 
@@ -148,8 +159,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, type=Path, metavar="PATH", help="the package to write (.pt2)")
     p.add_argument("--dynamic-batch", type=_dynamic_batch, metavar="MIN:MAX", help="dim 0 of every input is dynamic")
     p.add_argument("--golden", type=int, default=4, metavar="N", help="golden cases to store (default 4)")
-    p.add_argument("--cpu-isa", choices=["native", "avx2", "avx512", "default"], default=None,
-                   help="vector ISA of the CPU code (default: this machine's best)")
+    p.add_argument("--cpu-isa", type=_cpu_isa, default=None, metavar="ISA[,ISA...]",
+                   help="CPU code variants, one compile each, in one package: native (this machine's best, "
+                        "-march=native; the default), avx512, avx2, default (portable x86-64 levels); e.g. "
+                        "avx2,avx512 runs on any AVX2 host and at full speed on AVX-512 ones")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--metadata", action="append", metavar="KEY=VALUE", help="extra metadata for the spec (repeatable)")
     p.set_defaults(func=_cmd_export)
@@ -167,8 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_inspect)
 
     p = sub.add_parser("verify", help="run a package's golden cases in Python",
-                       description="Load a package with torch._inductor.aoti_load_package and check its golden cases. "
-                                   "Exit 1 when a case does not match.")
+                       description="Load each CPU variant of a package that this machine runs (in Python) and check its "
+                                   "golden cases. Exit 1 when a case does not match or no variant runs here.")
     p.add_argument("package", type=Path)
     p.set_defaults(func=_cmd_verify)
 

@@ -19,15 +19,14 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from . import ops
+from . import cpu, ops
 from . import golden as _golden
 
 log = logging.getLogger("export_tools")
 
-SPEC_FORMAT = "pt2rt-spec/1"
+SPEC_FORMAT = "pt2rt-spec/2"
 SPEC_KEY = "pt2rt_spec"                  # key of the spec in the AOTI metadata
 GOLDEN_RECORD = "pt2rt/golden.pt"        # golden cases, relative to the archive root
-CPU_ISAS = ("native", "avx2", "avx512", "default")
 DEVICES = ("cpu", "cuda")
 _BUILTIN_NAMESPACES = {"aten", "prims", "prim", "higher_order", "_c10d_functional", "c10d_functional", "quantized",
                        "_quantized", "mkldnn", "onednn", "_inductor_test", "inductor", "profiler"}
@@ -51,7 +50,8 @@ def _first_line(err: BaseException) -> str:
 
 
 def export_package(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor], package_path: str | os.PathLike,
-                   *, dynamic_batch: tuple[int, int] | None = None, golden: int = 4, cpu_isa: str | None = None,
+                   *, dynamic_batch: tuple[int, int] | None = None, golden: int = 4,
+                   cpu_isa: str | Sequence[str] | None = None,
                    device: str = "cpu", metadata: dict[str, str] | None = None,
                    ops_libraries: dict[str, str] | None = None,
                    tolerances: dict[str, tuple[float, float]] | None = None) -> Path:
@@ -59,13 +59,21 @@ def export_package(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor
 
     dynamic_batch: (min, max) for a dynamic dim 0 shared by every input; None for static shapes.
     golden: number of golden cases (the example plus golden-1 random inputs), >= 1.
-    cpu_isa: "native" (None: this machine's best), "avx2", "avx512" or "default" (no SIMD) for CPU code.
+    cpu_isa: the CPU code variants, one compile each, all in the one package: "native" (None: this machine's best,
+        -march=native), or the portable x86-64 levels "avx512", "avx2", "default" (no SIMD); a sequence or a
+        comma-separated string for several (e.g. ("avx2", "avx512")). The runtime loads the best one the CPU runs.
     device: "cpu" or "cuda". metadata: extra str -> str pairs stored in the spec.
     ops_libraries: namespace -> library file name, for custom-op namespaces other than my_ops.
     tolerances: dtype name -> (rtol, atol) overriding torch.testing's defaults for the golden check.
     """
     path = Path(package_path)
-    inputs = _check_arguments(model, example_inputs, path, dynamic_batch, golden, cpu_isa, device, metadata)
+    inputs = _check_arguments(model, example_inputs, path, dynamic_batch, golden, device, metadata)
+    try:
+        variant_names = cpu.parse_names(cpu_isa) if device == "cpu" else [cpu.NATIVE]
+    except cpu.CpuVariantError as e:
+        raise ExportError(str(e)) from None
+    if device != "cpu" and cpu_isa is not None:
+        raise ExportError(f"cpu_isa applies to CPU packages; this is a {device} package")
     model = model.eval().to(device)
     inputs = [t.to(device) for t in inputs]
 
@@ -91,21 +99,28 @@ def export_package(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor
     out_dir = path.parent.resolve()
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.stem}.", dir=out_dir))
     try:
-        compiled = tmp / "compiled" / path.name
         final = tmp / "final" / path.name   # same file name: the archive's root folder is named after it
-        compiled.parent.mkdir()
         final.parent.mkdir()
-        with _stage("compile"):
-            spec["cpu_isa"] = _compile(ep, compiled, spec, cpu_isa)
+        compiled = []
+        for name in variant_names:
+            out = tmp / name / path.name
+            out.parent.mkdir()
+            with _stage(f"compile ({name})"):
+                compiled.append((_compile(ep, out, name), out))
         with _stage("package"):
             _finish_package(compiled, final, spec, _golden.dumps(cases))
         with _stage("verify"):
             report = verify_package(final, tolerances)
+            if not report:
+                lacking = "; ".join(f"{v['isa']} needs {', '.join(cpu.runs_here(v['arch'], v['cpu_features']))}"
+                                    for v in spec["variants"])
+                raise ExportError(f"none of the package's CPU variants runs on this machine, so it cannot be verified "
+                                  f"before it is written ({lacking}); add one that does, e.g. cpu_isa native")
             failed = [r for r in report if not r["passed"]]
             if failed:
                 f = failed[0]
-                raise ExportError(f"the compiled package does not reproduce the eager model: case {f['name']}: "
-                                  f"{f['reason']} ({len(failed)} of {len(report)} cases failed)")
+                raise ExportError(f"the compiled package does not reproduce the eager model: variant {f['variant']}, "
+                                  f"case {f['name']}: {f['reason']} ({len(failed)} of {len(report)} cases failed)")
         os.replace(final, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -113,7 +128,7 @@ def export_package(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor
     return path
 
 
-def _check_arguments(model, example_inputs, path: Path, dynamic_batch, golden_count, cpu_isa, device, metadata):
+def _check_arguments(model, example_inputs, path: Path, dynamic_batch, golden_count, device, metadata):
     if not isinstance(model, torch.nn.Module):
         raise ExportError(f"expected the model to be a torch.nn.Module, got {type(model).__name__}")
     if isinstance(example_inputs, torch.Tensor):
@@ -139,8 +154,6 @@ def _check_arguments(model, example_inputs, path: Path, dynamic_batch, golden_co
     if device == "cuda" and not torch.cuda.is_available():
         raise ExportError("device cuda was asked for, but torch sees no CUDA device on this machine "
                           f"(torch {torch.__version__}); compile CUDA packages on a machine with a GPU")
-    if cpu_isa is not None and cpu_isa not in CPU_ISAS:
-        raise ExportError(f"expected cpu_isa native, avx2, avx512 or default, got {cpu_isa!r}")
     if not isinstance(golden_count, int) or golden_count < 1:
         raise ExportError(f"expected golden >= 1, got {golden_count!r}")
     if metadata is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
@@ -281,10 +294,9 @@ def _spec(ep, path: Path, device, dynamic_batch, used, ops_libraries, metadata, 
         "custom_classes": custom_classes,
         "libraries": sorted({e["library"] for e in custom_ops + custom_classes}),
         "torch_version": torch.__version__,
-        "cpu_isa": None,
         "cuda": ({"version": torch.version.cuda,
                   "compute_capability": "%d.%d" % torch.cuda.get_device_capability()} if device == "cuda" else None),
-        "model_library": None,
+        "variants": None,
         "golden": None,
         "metadata": dict(metadata or {}),
         "created_by": f"export_tools {_version()}",
@@ -300,69 +312,75 @@ def _tolerance_table(cases, overrides) -> dict[str, dict[str, float]]:
     return table
 
 
-@contextlib.contextmanager
-def _cpu_capability(cpu_isa: str | None) -> Iterator[None]:
-    """ATEN_CPU_CAPABILITY for inductor's choice of vector ISA, during the compile only."""
-    old = os.environ.get("ATEN_CPU_CAPABILITY")
-    if cpu_isa in (None, "native"):
-        os.environ.pop("ATEN_CPU_CAPABILITY", None)
-    else:
-        os.environ["ATEN_CPU_CAPABILITY"] = cpu_isa
+def _compile(ep, out: Path, name: str) -> cpu.Variant:
+    """One CPU variant into its own package file. Each compile gets a fresh inductor cache: with a shared one, a
+    later compile of the same graph can be handed an earlier compile's generated code."""
+    from torch._inductor.utils import fresh_cache
+
     try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("ATEN_CPU_CAPABILITY", None)
-        else:
-            os.environ["ATEN_CPU_CAPABILITY"] = old
+        with cpu.compiling(name) as variant, fresh_cache():
+            torch._inductor.aoti_compile_and_package(ep, package_path=str(out))
+    except cpu.CpuVariantError as e:
+        raise ExportError(str(e)) from None
+    except Exception as e:
+        raise ExportError(f"aoti_compile_and_package failed for cpu_isa {name}: {_first_line(e)}") from e
+    return variant
 
 
-def _isa_name(isa) -> str:
-    text = str(isa).lower()
-    return "default" if not text or "invalid" in text else text
+MODEL_DIR = "data/aotinductor/"
 
 
-def _compile(ep, out: Path, spec: dict[str, Any], cpu_isa: str | None) -> str:
-    from torch._inductor import cpu_vec_isa
-
-    available = [_isa_name(i) for i in cpu_vec_isa.valid_vec_isa_list()]
-    if cpu_isa in ("avx2", "avx512") and cpu_isa not in available:
-        raise ExportError(f"cpu_isa {cpu_isa} cannot be compiled on this machine; it supports: "
-                          f"{', '.join(available) or 'no vector ISA'} (and default)")
-    with _cpu_capability(cpu_isa):
-        chosen = _isa_name(cpu_vec_isa.pick_vec_isa())
-        spec["cpu_isa"] = chosen
-        configs = {"aot_inductor.metadata": {SPEC_KEY: json.dumps(spec)}}
-        try:
-            torch._inductor.aoti_compile_and_package(ep, package_path=str(out), inductor_configs=configs)
-        except Exception as e:
-            raise ExportError(f"aoti_compile_and_package failed: {_first_line(e)}") from e
-    return chosen
+def _variant_model_name(index: int, name: str) -> str:
+    # The first variant keeps AOTInductor's default name, so torch's own loaders find it.
+    return "model" if index == 0 else f"model_{name}"
 
 
-def _finish_package(compiled: Path, final: Path, spec: dict[str, Any], golden_bytes: bytes) -> None:
-    """Copy the archive, adding the model library's SHA-256 to the spec and the golden cases as a record."""
-    from torch.export.pt2_archive._package import PT2ArchiveReader, PT2ArchiveWriter
+def _finish_package(compiled: list[tuple[cpu.Variant, Path]], final: Path, spec: dict[str, Any],
+                    golden_bytes: bytes) -> None:
+    """One archive from the variants' packages: each variant's model folder under its own model name, the shared
+    records once (they must agree), the spec with every variant's library SHA-256 in every model's metadata, and
+    the golden cases."""
+    from torch.export.pt2_archive._package import PT2ArchiveReader
 
-    with PT2ArchiveReader(str(compiled)) as reader:
-        names = reader.get_file_names()
-        libs = [n for n in names if n.startswith("data/aotinductor/model/") and n.endswith(".so")]
-        if len(libs) != 1:
-            raise ExportError(f"expected one compiled model library in the package, found {libs}")
-        lib_bytes = reader.read_bytes(libs[0])
-        spec["model_library"] = {"record": libs[0], "sha256": hashlib.sha256(lib_bytes).hexdigest(),
-                                 "size": len(lib_bytes)}
-        with PT2ArchiveWriter(str(final)) as writer:
-            for name in names:
-                if name == ".data/serialization_id":
-                    continue  # the writer makes its own
-                data = lib_bytes if name == libs[0] else reader.read_bytes(name)
-                if name.startswith("data/aotinductor/model/") and name.endswith("_metadata.json"):
-                    md = json.loads(data)
-                    md[SPEC_KEY] = json.dumps(spec)
-                    data = json.dumps(md).encode()
-                writer.write_bytes(name, data)
-            writer.write_bytes(GOLDEN_RECORD, golden_bytes)
+    records: dict[str, bytes] = {}
+    spec["variants"] = []
+    for index, (variant, package) in enumerate(compiled):
+        model_name = _variant_model_name(index, variant.name)
+        with PT2ArchiveReader(str(package)) as reader:
+            names = [n for n in reader.get_file_names() if n != ".data/serialization_id"]  # the writer makes its own
+            own = MODEL_DIR + "model/"
+            libs = [n for n in names if n.startswith(own) and n.endswith(".so")]
+            if len(libs) != 1:
+                raise ExportError(f"expected one compiled model library in the {variant.name} compile, found {libs}")
+            for n in names:
+                data = reader.read_bytes(n)
+                if n.startswith(own):
+                    records[MODEL_DIR + model_name + "/" + n[len(own):]] = data
+                elif n.startswith(MODEL_DIR):
+                    raise ExportError(f"unexpected record {n} in the {variant.name} compile")
+                elif records.setdefault(n, data) != data:
+                    raise ExportError(f"the {variant.name} compile's {n} differs from the first compile's")
+            lib_bytes = reader.read_bytes(libs[0])
+        spec["variants"].append({
+            "isa": variant.name, "model": model_name, "arch": variant.arch, "vec_isa": variant.vec_isa,
+            "compile_flags": list(variant.flags), "cpu_features": list(variant.cpu_features),
+            "record": MODEL_DIR + model_name + "/" + libs[0][len(MODEL_DIR + "model/"):],
+            "sha256": hashlib.sha256(lib_bytes).hexdigest(), "size": len(lib_bytes),
+        })
+    _write_archive(final, records, spec, golden_bytes)
+
+
+def _write_archive(final: Path, records: dict[str, bytes], spec: dict[str, Any], golden_bytes: bytes) -> None:
+    from torch.export.pt2_archive._package import PT2ArchiveWriter
+
+    with PT2ArchiveWriter(str(final)) as writer:
+        for name, data in records.items():
+            if name.startswith(MODEL_DIR) and name.endswith("_metadata.json"):
+                md = json.loads(data)
+                md[SPEC_KEY] = json.dumps(spec)
+                data = json.dumps(md).encode()
+            writer.write_bytes(name, data)
+        writer.write_bytes(GOLDEN_RECORD, golden_bytes)
 
 
 def read_spec(package_path: str | os.PathLike) -> dict[str, Any]:
@@ -374,7 +392,7 @@ def read_spec(package_path: str | os.PathLike) -> dict[str, Any]:
         raise ExportError(f"{path} is not a file")
     try:
         with zipfile.ZipFile(path) as zf:
-            records = [n for n in zf.namelist() if "/data/aotinductor/model/" in n and n.endswith("_metadata.json")]
+            records = [n for n in zf.namelist() if "/data/aotinductor/" in n and n.endswith("_metadata.json")]
             if not records:
                 raise ExportError(f"{path} is not an AOTInductor package (no model metadata inside)")
             md = json.loads(zf.read(sorted(records)[0]))
@@ -395,21 +413,51 @@ def read_golden(package_path: str | os.PathLike) -> list[_golden.Case]:
         return _golden.loads(reader.read_bytes(GOLDEN_RECORD))
 
 
+def select_variant(spec: dict[str, Any], cpu_isa: str | None = None) -> dict[str, Any]:
+    """The variant pt2rt would load here: `cpu_isa` if given, else the most specialised one this machine runs."""
+    by_isa = {v["isa"]: v for v in spec["variants"]}
+    if cpu_isa is not None:
+        if cpu_isa not in by_isa:
+            raise ExportError(f"the package has no CPU variant {cpu_isa} (it has: {', '.join(by_isa)})")
+        lacking = cpu.runs_here(by_isa[cpu_isa]["arch"], by_isa[cpu_isa]["cpu_features"])
+        if lacking and spec["device"] == "cpu":
+            raise ExportError(f"CPU variant {cpu_isa} needs {', '.join(lacking)}, which this machine lacks")
+        return by_isa[cpu_isa]
+    runnable = [v for v in spec["variants"] if not cpu.runs_here(v["arch"], v["cpu_features"])]
+    if not runnable:
+        raise ExportError(f"no CPU variant of the package runs on this machine (it has: {', '.join(by_isa)})")
+    return max(runnable, key=lambda v: len(v["cpu_features"]))
+
+
+def load_package(package_path: str | os.PathLike, cpu_isa: str | None = None):
+    """The package's best variant for this machine (or `cpu_isa`), loaded in Python - a callable like
+    torch._inductor.aoti_load_package's, which loads every variant, also ones this CPU cannot execute."""
+    from torch.export.pt2_archive._package import AOTICompiledModel
+
+    variant = select_variant(read_spec(package_path), cpu_isa)
+    return AOTICompiledModel(torch._C._aoti.AOTIModelPackageLoader(str(package_path), variant["model"], False, 1, -1))
+
+
 def verify_package(package_path: str | os.PathLike,
                    tolerances: dict[str, tuple[float, float]] | None = None) -> list[dict[str, Any]]:
-    """Run the package in Python (aoti_load_package) on its golden cases; one report entry per case."""
+    """Run each CPU variant that this machine can execute (a CUDA package's one) on the golden cases in Python;
+    one report entry per variant and case. Variants this CPU cannot run are left out."""
     spec = read_spec(package_path)
     table = {k: (v["rtol"], v["atol"]) for k, v in spec["golden"]["tolerances"].items()}
     table.update(tolerances or {})
-    runner = torch._inductor.aoti_load_package(str(package_path))
+    cases = read_golden(package_path)
     report = []
-    for case in read_golden(package_path):
-        args = [t.to(spec["device"]) for t in case.inputs]
-        with torch.no_grad():
-            actual = _flatten_outputs(runner(*args))
-        passed, max_abs, max_rel, reason = _golden.compare(actual, case.outputs, table)
-        report.append({"name": case.name, "passed": passed, "max_abs_error": max_abs, "max_rel_error": max_rel,
-                       "reason": reason})
+    for variant in spec["variants"]:
+        if spec["device"] == "cpu" and cpu.runs_here(variant["arch"], variant["cpu_features"]):
+            continue
+        runner = load_package(package_path, variant["isa"])
+        for case in cases:
+            args = [t.to(spec["device"]) for t in case.inputs]
+            with torch.no_grad():
+                actual = _flatten_outputs(runner(*args))
+            passed, max_abs, max_rel, reason = _golden.compare(actual, case.outputs, table)
+            report.append({"variant": variant["isa"], "name": case.name, "passed": passed, "max_abs_error": max_abs,
+                           "max_rel_error": max_rel, "reason": reason})
     return report
 
 

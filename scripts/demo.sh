@@ -11,12 +11,16 @@ cd "$ROOT"
 log "the ops library from Python"
 "$PYTHON" -m export_tools demo-ops
 
-log "export identity_conv_net (dynamic batch 1..32) -> build/models/identity_conv_net.pt2"
+# Portable packages: dist/ is meant to be copied to other machines, so each package holds an x86-64 baseline
+# variant (runs anywhere), AVX2 and AVX-512 ones; pt2run loads the best this CPU runs. (export's own default is
+# native: fastest on this machine, but only for CPUs with all of this one's features.)
+CPU_ISA=default,avx2,avx512
+log "export identity_conv_net (dynamic batch 1..32, CPU variants $CPU_ISA) -> build/models/identity_conv_net.pt2"
 "$PYTHON" -m export_tools export --model export_tools.models:identity_conv_net \
-  --out "$MODELS/identity_conv_net.pt2" --dynamic-batch 1:32
-log "export identity_conv_op_only (static) -> build/models/identity_conv_op_only.pt2"
+  --out "$MODELS/identity_conv_net.pt2" --dynamic-batch 1:32 --cpu-isa "$CPU_ISA"
+log "export identity_conv_op_only (static, CPU variants $CPU_ISA) -> build/models/identity_conv_op_only.pt2"
 "$PYTHON" -m export_tools export --model export_tools.models:identity_conv_op_only \
-  --out "$MODELS/identity_conv_op_only.pt2"
+  --out "$MODELS/identity_conv_op_only.pt2" --cpu-isa "$CPU_ISA"
 
 log "what the package says about itself"
 "$PYTHON" -m export_tools inspect "$MODELS/identity_conv_net.pt2"
@@ -46,6 +50,8 @@ log "env -i dist/bin/pt2run info dist/models/identity_conv_net.pt2"
 "${run_env[@]}" "$DIST/bin/pt2run" info "$DIST/models/identity_conv_net.pt2"
 log "env -i dist/bin/pt2run verify dist/models/identity_conv_net.pt2"
 "${run_env[@]}" "$DIST/bin/pt2run" verify "$DIST/models/identity_conv_net.pt2"
+log "env -i PT2RT_CPU_ISA=default dist/bin/pt2run verify dist/models/identity_conv_net.pt2 (the portable variant)"
+"${run_env[@]}" PT2RT_CPU_ISA=default "$DIST/bin/pt2run" verify "$DIST/models/identity_conv_net.pt2"
 log "env -i dist/bin/pt2run run dist/models/identity_conv_net.pt2 --input frame.pt --output out.pt"
 "${run_env[@]}" "$DIST/bin/pt2run" run "$DIST/models/identity_conv_net.pt2" --input "$DIST/models/frame.pt" \
   --output "$DIST/models/out.pt"

@@ -32,30 +32,71 @@ std::string dims(const pt2rt::TensorSpec& t) {
   return out + "]";
 }
 
+std::string join(const std::vector<std::string>& v, const char* sep) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : sep) + s;
+  return out;
+}
+
 int cmd_info(const std::string& package, bool json) {
   const pt2rt::Spec spec = pt2rt::Runtime::read_spec(package);
+  // Which variant this host would load, or why none.
+  std::string selected, none_reason;
+  try {
+    selected = spec.variants[pt2rt::select_variant(spec)].isa;
+  } catch (const pt2rt::Error& e) {
+    none_reason = e.what();
+  }
   if (json) {
-    std::cout << nlohmann::json::parse(spec.json).dump(2) << "\n";
+    nlohmann::json j = nlohmann::json::parse(spec.json);
+    j["selected"] = selected.empty() ? nlohmann::json(nullptr) : nlohmann::json(selected);
+    if (!none_reason.empty()) j["selected_error"] = none_reason;
+    std::cout << j.dump(2) << "\n";
     return kExitOk;
   }
   std::cout << "package      " << spec.model << "  (" << spec.format << ", " << spec.created_by << ")\n"
             << "device       " << spec.device
             << (spec.cuda_version.empty() ? "" : "  (CUDA " + spec.cuda_version + ", sm " + spec.compute_capability + ")")
             << "\n"
-            << "cpu isa      " << spec.cpu_isa << "\n"
             << "torch        " << spec.torch_version << "  (this runtime: " << pt2rt::torch_version() << ")\n";
   for (const auto& t : spec.inputs) std::cout << "input        " << t.name << ": " << dims(t) << "\n";
   for (const auto& t : spec.outputs) std::cout << "output       " << t.name << ": " << dims(t) << "\n";
   for (const auto& o : spec.custom_ops) std::cout << "custom op    " << o.name << "  <- " << o.library << "\n";
   for (const auto& c : spec.custom_classes) std::cout << "custom class " << c.name << "  <- " << c.library << "\n";
-  std::cout << "model lib    " << spec.model_library_record << "  sha256 " << spec.model_library_sha256 << "\n"
+  for (const auto& v : spec.variants) {
+    const std::string why = pt2rt::why_variant_cannot_run(v);
+    std::cout << "variant      " << v.isa << (v.isa == selected ? "  (selected here)" : "") << "  " << v.arch
+              << ", model " << v.model << ", " << v.record << "  sha256 " << v.sha256 << "\n"
+              << "  features   " << (v.cpu_features.empty() ? "(baseline " + v.arch + ")" : join(v.cpu_features, " "))
+              << "\n";
+    if (!why.empty()) std::cout << "  not here   " << why << "\n";
+  }
+  std::cout << "selected     " << (selected.empty() ? "none: " + none_reason : selected) << "\n"
             << "golden       " << spec.golden_names.size() << " cases in " << spec.golden_record << "\n";
   for (const auto& [k, v] : spec.metadata) std::cout << "metadata     " << k << " = " << v << "\n";
   return kExitOk;
 }
 
+int cmd_host(bool json) {
+  const auto have = pt2rt::host_cpu_features(), known = pt2rt::known_cpu_features();
+  if (json) {
+    std::cout << nlohmann::json{{"arch", pt2rt::host_arch()}, {"cpu_features", have}, {"known_cpu_features", known},
+                                {"torch", pt2rt::torch_version()}, {"pt2rt", pt2rt::version()}}
+                     .dump(2)
+              << "\n";
+    return kExitOk;
+  }
+  std::cout << "arch         " << pt2rt::host_arch() << "\n"
+            << "cpu features " << join(have, " ") << "\n"
+            << "runtime      pt2rt " << pt2rt::version() << ", torch " << pt2rt::torch_version() << "\n";
+  return kExitOk;
+}
+
+std::string g_cpu_isa;  // --cpu-isa
+
 pt2rt::Options options_for(const std::vector<std::string>& ops, int runners) {
   pt2rt::Options o;
+  o.cpu_isa = g_cpu_isa;
   o.ops_libraries = ops;
   o.num_runners = runners;
   return o;
@@ -110,8 +151,9 @@ int cmd_verify(const std::string& package, const std::vector<std::string>& ops) 
                 c.max_abs_error, c.max_rel_error, c.reason.empty() ? "" : "  ", c.reason.c_str());
   }
   const auto passed = std::count_if(report.cases.begin(), report.cases.end(), [](const auto& c) { return c.passed; });
-  std::printf("%s: %ld of %zu golden cases passed on this machine\n", report.passed() ? "verified" : "MISMATCH",
-              static_cast<long>(passed), report.cases.size());
+  std::printf("%s: %ld of %zu golden cases passed on this machine (CPU variant %s)\n",
+              report.passed() ? "verified" : "MISMATCH", static_cast<long>(passed), report.cases.size(),
+              rt.variant().isa.c_str());
   return report.passed() ? kExitOk : kExitMismatch;
 }
 
@@ -206,6 +248,9 @@ int main(int argc, char** argv) {
   info->add_option("package", package, "the .pt2 package")->required();
   info->add_flag("--json", json, "the spec as JSON");
 
+  auto* host = app.add_subcommand("host", "print this host's arch and CPU features as packages are checked against");
+  host->add_flag("--json", json, "as JSON, with the features this runtime knows");
+
   auto* run = app.add_subcommand("run", "run a package on inputs from tensor files (torch.save format)");
   run->add_option("package", package, "the .pt2 package")->required();
   run->add_option("--input,-i", inputs, "a tensor file per model input, in order (torch.save of a tensor, or of a "
@@ -217,10 +262,15 @@ int main(int argc, char** argv) {
   auto* verify = app.add_subcommand("verify", "run the package's golden cases on this machine (exit 1 on mismatch)");
   verify->add_option("package", package, "the .pt2 package")->required();
   verify->add_option("--ops", ops, "ops library to load");
+  for (auto* sub : {run, verify}) {
+    sub->add_option("--cpu-isa", g_cpu_isa, "load this CPU variant of the package (default: $PT2RT_CPU_ISA, else the "
+                                            "best one this CPU runs)");
+  }
 
   auto* bench = app.add_subcommand("bench", "measure latency and throughput");
   bench->add_option("package", package, "the .pt2 package")->required();
   bench->add_option("--ops", ops, "ops library to load");
+  bench->add_option("--cpu-isa", g_cpu_isa, "load this CPU variant of the package");
   bench->add_option("--input,-i", inputs, "tensor files (default: the package's example input)");
   bench->add_option("--warmup", warmup, "runs before measuring")->check(CLI::NonNegativeNumber);
   bench->add_option("--iters", iters, "measured runs")->check(CLI::PositiveNumber);
@@ -243,8 +293,8 @@ int main(int argc, char** argv) {
     std::string what = e.what();
     const std::string first = argc > 1 ? argv[1] : "";
     if (!first.empty() && first[0] != '-' && first != "info" && first != "run" && first != "verify" &&
-        first != "bench") {
-      what = std::string("unknown subcommand '") + argv[1] + "'; expected info, run, verify or bench";
+        first != "bench" && first != "host") {
+      what = std::string("unknown subcommand '") + argv[1] + "'; expected info, run, verify, bench or host";
     }
     std::cerr << "pt2run: error (usage): " << what << " (see pt2run --help)\n";
     return pt2rt::exit_code(pt2rt::ErrorCode::Usage);
@@ -253,6 +303,7 @@ int main(int argc, char** argv) {
   const bool verbose = std::getenv("PT2RT_VERBOSE") != nullptr;
   try {
     if (info->parsed()) return cmd_info(package, json);
+    if (host->parsed()) return cmd_host(json);
     if (run->parsed()) return cmd_run(package, inputs, output, ops);
     if (verify->parsed()) return cmd_verify(package, ops);
     if (bench->parsed()) return cmd_bench(package, ops, inputs, warmup, iters, threads, runners, intra_op_threads, json);

@@ -1,4 +1,4 @@
-// Can this host run the package: CPU ISA, torch version, device.
+// Can this host run the package: torch version, device (the CPU variant: cpu_features.cpp).
 #include "internal.h"
 
 #include <ATen/Parallel.h>
@@ -21,28 +21,7 @@ const char* torch_version() {
 
 namespace detail {
 
-bool host_supports_isa(const std::string& isa) {
-  if (isa.empty() || isa == "default") return true;
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_cpu_init();
-  if (isa == "avx2") return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (isa == "avx512") {
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw");
-  }
-  return false;
-#elif defined(__aarch64__)
-  return isa == "neon";
-#else
-  return false;
-#endif
-}
-
 void check_host(const Spec& spec, const Options& options) {
-  if (!host_supports_isa(spec.cpu_isa)) {
-    throw Error(ErrorCode::Package, "the package was compiled for CPU ISA " + spec.cpu_isa +
-                                        ", which this CPU does not support; export it with --cpu-isa avx2 or default");
-  }
   if (options.check_torch_version) {
     const std::string exported = spec.torch_version.substr(0, spec.torch_version.find('+'));
     if (exported != torch_version()) {

@@ -54,7 +54,6 @@ void check_registered(const Spec& spec, const std::vector<std::string>& loaded);
 
 // Host checks.
 void check_host(const Spec& spec, const Options& options);
-bool host_supports_isa(const std::string& isa);
 
 }  // namespace detail
 }  // namespace pt2rt

@@ -15,9 +15,9 @@ namespace pt2rt::detail {
 
 namespace {
 
-constexpr const char* kSpecFormat = "pt2rt-spec/1";
+constexpr const char* kSpecFormat = "pt2rt-spec/2";
 constexpr const char* kSpecKey = "pt2rt_spec";
-constexpr const char* kModelDir = "data/aotinductor/model/";
+constexpr const char* kModelDir = "data/aotinductor/";
 
 std::unique_ptr<caffe2::serialize::PyTorchStreamReader> open_package(const std::string& path) {
   struct stat st {};
@@ -84,6 +84,28 @@ TensorSpec parse_tensor(const nlohmann::json& j, const std::string& path) {
   return t;
 }
 
+Variant parse_variant(const nlohmann::json& j, const std::string& path) {
+  Variant v;
+  v.isa = j.at("isa").get<std::string>();
+  v.model = j.at("model").get<std::string>();
+  // The model name is a folder name inside the archive and the loader's key: a plain name, nothing else.
+  if (v.model.empty() || v.model.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") != std::string::npos) {
+    malformed(path, "variant model name '" + v.model + "' is not a plain name");
+  }
+  v.arch = j.at("arch").get<std::string>();
+  v.vec_isa = j.at("vec_isa").get<std::string>();
+  v.compile_flags = j.at("compile_flags").get<std::vector<std::string>>();
+  v.cpu_features = j.at("cpu_features").get<std::vector<std::string>>();
+  v.record = j.at("record").get<std::string>();
+  if (v.record.rfind(std::string(kModelDir) + v.model + "/", 0) != 0) {
+    malformed(path, "variant " + v.isa + ": its library " + v.record + " is outside its model folder");
+  }
+  v.sha256 = j.at("sha256").get<std::string>();
+  v.size = integer(j.at("size"), "variant " + v.isa + " size", path);
+  if (v.size < 0) malformed(path, "variant " + v.isa + " size is negative");
+  return v;
+}
+
 CustomOpSpec parse_custom(const nlohmann::json& j) {
   CustomOpSpec c;
   c.name = j.at("name").get<std::string>();
@@ -119,7 +141,7 @@ std::string find_metadata_record(const std::string& package_path) {
   }
   if (found.empty()) {
     throw Error(ErrorCode::Package, package_path + " is not an AOTInductor package (no " + kModelDir +
-                                        "*_metadata.json inside)");
+                                        "<model>/*_metadata.json inside)");
   }
   std::sort(found.begin(), found.end());
   return found.front();
@@ -158,17 +180,19 @@ Spec parse_spec(const std::string& json_text, const std::string& path) {
     for (const auto& c : j.at("custom_classes")) s.custom_classes.push_back(parse_custom(c));
     s.libraries = j.at("libraries").get<std::vector<std::string>>();
     s.torch_version = j.at("torch_version").get<std::string>();
-    s.cpu_isa = j.at("cpu_isa").is_null() ? "" : j.at("cpu_isa").get<std::string>();
     if (j.contains("cuda") && j.at("cuda").is_object()) {
       s.cuda_version = j.at("cuda").value("version", "");
       s.compute_capability = j.at("cuda").value("compute_capability", "");
     }
-    const auto& lib = j.at("model_library");
-    if (!lib.is_object()) malformed(path, "model_library is missing");
-    s.model_library_record = lib.at("record").get<std::string>();
-    s.model_library_sha256 = lib.at("sha256").get<std::string>();
-    s.model_library_size = integer(lib.at("size"), "model_library size", path);
-    if (s.model_library_size < 0) malformed(path, "model_library size is negative");
+    for (const auto& v : j.at("variants")) s.variants.push_back(parse_variant(v, path));
+    if (s.variants.empty()) malformed(path, "the package has no variants");
+    for (size_t a = 0; a < s.variants.size(); ++a) {
+      for (size_t b = 0; b < a; ++b) {
+        if (s.variants[a].isa == s.variants[b].isa || s.variants[a].model == s.variants[b].model) {
+          malformed(path, "variant " + s.variants[a].isa + " (model " + s.variants[a].model + ") appears twice");
+        }
+      }
+    }
     const auto& golden = j.at("golden");
     if (!golden.is_object()) malformed(path, "golden is missing");
     s.golden_record = golden.at("record").get<std::string>();

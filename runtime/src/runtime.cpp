@@ -16,6 +16,7 @@ struct Runtime::Impl {
   std::string package_path;
   Spec spec;
   std::vector<std::string> libraries;
+  size_t variant = 0;  // index into spec.variants
   std::string temp_dir;  // ours; AOTInductor extracts the package below it
   std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
 
@@ -165,14 +166,20 @@ Runtime Runtime::load(const std::string& package_path, const Options& options) {
   impl->spec = read_spec(package_path);
   const Spec& spec = impl->spec;
 
+  try {
+    impl->variant = select_variant(spec, options.cpu_isa);
+  } catch (const Error& e) {
+    throw Error(e.code(), package_path + ": " + e.what());
+  }
+  const Variant& variant = spec.variants[impl->variant];
   if (options.check_sha256) {
-    const std::vector<char> lib = detail::read_record(package_path, spec.model_library_record);
+    const std::vector<char> lib = detail::read_record(package_path, variant.record);
     const std::string digest = detail::sha256_hex(lib.data(), lib.size());
-    if (digest != spec.model_library_sha256 || static_cast<int64_t>(lib.size()) != spec.model_library_size) {
-      throw Error(ErrorCode::Package, package_path + ": the compiled model library is damaged (SHA-256 " + digest +
-                                          ", " + std::to_string(lib.size()) + " bytes; the spec says " +
-                                          spec.model_library_sha256 + ", " + std::to_string(spec.model_library_size) +
-                                          " bytes)");
+    if (digest != variant.sha256 || static_cast<int64_t>(lib.size()) != variant.size) {
+      throw Error(ErrorCode::Package, package_path + ": the compiled model library is damaged (variant " + variant.isa +
+                                          ": SHA-256 " + digest + ", " + std::to_string(lib.size()) +
+                                          " bytes; the spec says " + variant.sha256 + ", " +
+                                          std::to_string(variant.size) + " bytes)");
     }
   }
   detail::check_host(spec, options);
@@ -184,7 +191,7 @@ Runtime Runtime::load(const std::string& package_path, const Options& options) {
     std::lock_guard<std::mutex> lock(g_env_mutex);
     ScopedTmpdir tmpdir(impl->temp_dir);
     impl->loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
-        package_path, "model", /*run_single_threaded=*/false, static_cast<size_t>(options.num_runners),
+        package_path, variant.model, /*run_single_threaded=*/false, static_cast<size_t>(options.num_runners),
         static_cast<c10::DeviceIndex>(options.device_index));
   } catch (const Error&) {
     throw;  // ~Impl removes the temporary directory
@@ -214,6 +221,7 @@ std::vector<Tensor> Runtime::run(const std::vector<TensorView>& inputs) const {
 
 const Spec& Runtime::spec() const { return impl_->spec; }
 const std::vector<std::string>& Runtime::ops_libraries() const { return impl_->libraries; }
+const Variant& Runtime::variant() const { return impl_->spec.variants[impl_->variant]; }
 
 namespace detail {
 

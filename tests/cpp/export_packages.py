@@ -1,6 +1,6 @@
 """Exports the packages the C++ tests run (once per build: skipped when nothing that shapes them changed).
 
-Writes into OUT: net_dynamic.pt2 (identity_conv_net, batch 1..32), op_static.pt2 (the op alone), net_fp16.pt2 and
+Writes into OUT: net_dynamic.pt2 (identity_conv_net, batch 1..32, CPU variants avx2, avx512, default), op_static.pt2 (the op alone), net_fp16.pt2 and
 net_bf16.pt2 (half-precision exports), tensor files
 for pt2run (net_input.pt, net_expected.pt, a list file), and bad/*.pt2: damaged or foreign packages.
 """
@@ -78,7 +78,8 @@ def main():
     out.mkdir(parents=True)
 
     model, inputs = models.identity_conv_net()
-    net = export_package(model, inputs, out / "net_dynamic.pt2", dynamic_batch=(1, 32))
+    net = export_package(model, inputs, out / "net_dynamic.pt2", dynamic_batch=(1, 32),
+                         cpu_isa=("avx2", "avx512", "default"))
     op_model, op_inputs = models.identity_conv_op_only()
     export_package(op_model, op_inputs, out / "op_static.pt2")
     for name, factory in (("net_fp16", models.identity_conv_net_fp16), ("net_bf16", models.identity_conv_net_bf16)):
@@ -141,9 +142,25 @@ def main():
     rewrite(net, bad / "cut_lib.pt2", edit_record=cut_library)
     rewrite(net, bad / "no_spec.pt2", edit_spec=lambda spec: None)
     rewrite(net, bad / "bad_spec_format.pt2", edit_spec=with_spec(format="pt2rt-spec/99"))
-    from torch._inductor import cpu_vec_isa
-    host = {str(i).lower() for i in cpu_vec_isa.valid_vec_isa_list()}
-    rewrite(net, bad / "other_isa.pt2", edit_spec=with_spec(cpu_isa="avx512" if "avx512" not in host else "neon"))
+
+    def variants(edit):
+        return lambda s: {**s, "variants": [edit(dict(v)) for v in s["variants"]]}
+
+    # avx5124fmaps: Knights Mill only - no host that runs these tests has it
+    rewrite(net, bad / "missing_feature.pt2",
+            edit_spec=variants(lambda v: {**v, "cpu_features": v["cpu_features"] + ["avx5124fmaps"]}))
+    rewrite(net, bad / "unknown_feature.pt2",
+            edit_spec=variants(lambda v: {**v, "cpu_features": v["cpu_features"] + ["quantum_flux"]}))
+    rewrite(net, bad / "other_arch.pt2", edit_spec=variants(lambda v: {**v, "arch": "aarch64"}))
+    rewrite(net, bad / "variant_outside_its_folder.pt2",
+            edit_spec=lambda s: {**s, "variants": [{**s["variants"][0], "record": s["variants"][1]["record"]}]})
+    # what the exporter sees of this host and of torch's ISAs, for the runtime to check its own view against
+    from export_tools import cpu
+    (out / "python_cpu.json").write_text(json.dumps({
+        "host_features": sorted(cpu.host_features()),
+        "torch_isa_features": {str(i): list(cpu.features_for_flags(("-march=x86-64", *i.build_arch_flags().split())))
+                               for i in cpu.every_torch_isa() if type(i).__name__.startswith(("VecAVX", "VecAMX"))},
+    }))
     rewrite(net, bad / "other_torch.pt2", edit_spec=with_spec(torch_version="2.0.0+cpu"))
     rewrite(net, bad / "cuda_device.pt2", edit_spec=with_spec(device="cuda", cuda={"version": "13.0",
                                                                                     "compute_capability": "9.0"}))

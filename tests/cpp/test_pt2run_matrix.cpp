@@ -42,10 +42,15 @@ struct Result {
   std::string err;
 };
 
-// Runs pt2run with a fresh TMPDIR and an otherwise empty environment (plus PT2RT_OPS_PATH when given).
-Result run_pt2run(const std::string& args, const fs::path& tmpdir, const std::string& ops_path = "") {
+// Runs pt2run with a fresh TMPDIR and an otherwise empty environment (plus PT2RT_OPS_PATH when given, and
+// NAME=VALUE words at the start of args).
+Result run_pt2run(std::string args, const fs::path& tmpdir, const std::string& ops_path = "") {
   const fs::path err = tmpdir.parent_path() / (tmpdir.filename().string() + ".stderr");
   std::string env = "env -i TMPDIR=" + tmpdir.string() + (ops_path.empty() ? "" : " PT2RT_OPS_PATH=" + ops_path);
+  while (args.rfind("PT2RT_", 0) == 0 && args.find('=') < args.find(' ')) {
+    env += " " + args.substr(0, args.find(' '));
+    args = args.substr(args.find(' ') + 1);
+  }
   for (const char* name : {"ASAN_OPTIONS", "LSAN_OPTIONS", "UBSAN_OPTIONS"}) {  // under scripts/sanitize.sh
     if (const char* value = std::getenv(name)) env += std::string(" ") + name + "='" + value + "'";
   }
@@ -111,7 +116,14 @@ const Case kCases[] = {
     {"junk_model_library", verify(kP + "/bad/junk_lib.pt2"), 3, "compiled model library is damaged"},
     {"no_spec", verify(kP + "/bad/no_spec.pt2"), 3, "no pt2rt spec"},
     {"unknown_spec_format", verify(kP + "/bad/bad_spec_format.pt2"), 3, "pt2rt-spec/99"},
-    {"other_cpu_isa", verify(kP + "/bad/other_isa.pt2"), 3, "this CPU does not support"},
+    {"cpu_feature_this_host_lacks", verify(kP + "/bad/missing_feature.pt2"), 3, "this CPU lacks avx5124fmaps"},
+    {"cpu_feature_unknown", verify(kP + "/bad/unknown_feature.pt2"), 3, "does not know: quantum_flux"},
+    {"other_arch", verify(kP + "/bad/other_arch.pt2"), 3, "it is for aarch64, this host is x86_64"},
+    {"variant_outside_its_folder", verify(kP + "/bad/variant_outside_its_folder.pt2"), 3, "outside its model folder"},
+    {"forced_variant_absent", verify(kP + "/net_dynamic.pt2") + " --cpu-isa sse9", 3,
+     "has no CPU variant sse9 (it has: avx2, avx512, default)"},
+    {"forced_variant_absent_env", "PT2RT_CPU_ISA=native " + verify(kP + "/net_dynamic.pt2"), 3,
+     "has no CPU variant native (it has: avx2, avx512, default)"},
     {"other_torch_version", verify(kP + "/bad/other_torch.pt2"), 3, "exported with torch 2.0.0"},
     {"cuda_package_no_gpu", verify(kP + "/bad/cuda_device.pt2"), 3, "no usable CUDA device"},
     {"info_of_garbage", "info " + kP + "/bad/random.pt2", 3, "not a .pt2 package"},
@@ -136,7 +148,7 @@ const Case kCases[] = {
     {"output_unwritable", run_with(kP + "/net_input.pt", "/nonexistent-dir/out.pt"), 6, "cannot write"},
     // usage
     {"no_subcommand", "", 2, "A subcommand is required"},
-    {"unknown_subcommand", "frobnicate", 2, "unknown subcommand 'frobnicate'; expected info, run, verify or bench"},
+    {"unknown_subcommand", "frobnicate", 2, "unknown subcommand 'frobnicate'; expected info, run, verify, bench or host"},
     {"run_without_output", "run " + kNet + " --input " + kP + "/net_input.pt", 2, "--output is required"},
     {"bench_zero_iters", "bench " + kNet + " --iters 0", 2, "--iters"},
 };

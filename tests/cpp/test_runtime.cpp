@@ -77,7 +77,7 @@ TEST(Runtime, GoldenCasesPassForEveryPackage) {
 
 TEST(Runtime, SpecDescribesThePackage) {
   const pt2rt::Spec spec = pt2rt::Runtime::read_spec(kNet);
-  EXPECT_EQ(spec.format, "pt2rt-spec/1");
+  EXPECT_EQ(spec.format, "pt2rt-spec/2");
   ASSERT_EQ(spec.inputs.size(), 1u);
   EXPECT_EQ(spec.inputs[0].shape, (std::vector<int64_t>{-1, 3, 32, 32}));
   ASSERT_EQ(spec.inputs[0].dynamic_dims.size(), 1u);
@@ -85,7 +85,11 @@ TEST(Runtime, SpecDescribesThePackage) {
   EXPECT_EQ(spec.inputs[0].dynamic_dims[0].max.value_or(-1), 32);
   EXPECT_EQ(spec.libraries, std::vector<std::string>{"libidentity_conv_ops.so"});
   EXPECT_EQ(spec.custom_classes.at(0).name, "my_ops::IdentityConvClass");
-  EXPECT_EQ(spec.model_library_sha256.size(), 64u);
+  ASSERT_EQ(spec.variants.size(), 3u);
+  for (const auto& v : spec.variants) {
+    EXPECT_EQ(v.sha256.size(), 64u);
+    EXPECT_EQ(v.record.rfind("data/aotinductor/" + v.model + "/", 0), 0u) << v.record;
+  }
 }
 
 TEST(Runtime, MatchesTheEagerModelFromPython) {
@@ -168,8 +172,8 @@ TEST(RuntimeErrors, BadPackages) {
   EXPECT_ERROR(pt2rt::Runtime::load(bad + "no_spec.pt2", with_ops()), pt2rt::ErrorCode::Package, "no pt2rt spec");
   EXPECT_ERROR(pt2rt::Runtime::load(bad + "bad_spec_format.pt2", with_ops()), pt2rt::ErrorCode::Package,
                "spec format 'pt2rt-spec/99' is not supported");
-  EXPECT_ERROR(pt2rt::Runtime::load(bad + "other_isa.pt2", with_ops()), pt2rt::ErrorCode::Package,
-               "which this CPU does not support");
+  EXPECT_ERROR(pt2rt::Runtime::load(bad + "missing_feature.pt2", with_ops()), pt2rt::ErrorCode::Package,
+               "no CPU variant of the package runs on this host (avx2: this CPU lacks avx5124fmaps;");
   EXPECT_ERROR(pt2rt::Runtime::load(bad + "other_torch.pt2", with_ops()), pt2rt::ErrorCode::Package,
                "exported with torch 2.0.0+cpu");
   if (!at::hasCUDA()) {

@@ -37,7 +37,8 @@ def exported(tmp_path_factory):
     from export_tools import export_package, models
 
     recipes = {
-        "net_dynamic": (models.identity_conv_net, dict(dynamic_batch=(1, 32), golden=5,
+        # portable: three CPU variants in one package
+        "net_dynamic": (models.identity_conv_net, dict(dynamic_batch=(1, 32), golden=5, cpu_isa=("avx2", "avx512", "default"),
                                                         metadata={"purpose": "tests"})),
         "op_static": (models.identity_conv_op_only, dict()),
         "net_fp16": (models.identity_conv_net_fp16, dict(cpu_isa="avx2")),

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 import export_tools
-from export_tools import ExportError, export_package, models, read_spec, verify_package
+from export_tools import ExportError, cpu, export_package, load_package, models, read_spec, verify_package
 from export_tools.export import GOLDEN_RECORD, _export, read_golden
 
-SCHEMA = json.loads((__import__("pathlib").Path(__file__).parents[2] / "docs" / "pt2rt-spec-1.schema.json").read_text())
+SCHEMA = json.loads((__import__("pathlib").Path(__file__).parents[2] / "docs" / "pt2rt-spec-2.schema.json").read_text())
 
 
 def test_graph_calls_the_class_through_call_torchbind_and_the_op_directly():
@@ -29,7 +29,7 @@ def test_spec_matches_schema_and_model(exported):
     path, model, inputs = exported("net_dynamic")
     spec = read_spec(path)
     jsonschema.validate(spec, SCHEMA)
-    assert spec["format"] == "pt2rt-spec/1" and spec["device"] == "cpu" and spec["model"] == "net_dynamic"
+    assert spec["format"] == "pt2rt-spec/2" and spec["device"] == "cpu" and spec["model"] == "net_dynamic"
     assert spec["inputs"] == [{"name": "x", "dtype": "float32", "shape": [-1, 3, 32, 32],
                                "dynamic_dims": [{"dim": 0, "name": "batch", "min": 1, "max": 32}]}]
     assert spec["outputs"][0]["shape"] == [-1, 8, 32, 32]
@@ -41,23 +41,30 @@ def test_spec_matches_schema_and_model(exported):
     assert spec["libraries"] == ["libidentity_conv_ops.so"]
     assert spec["torch_version"] == torch.__version__
     assert spec["metadata"] == {"purpose": "tests"}
-    assert spec["cpu_isa"] in ("avx2", "avx512", "default")
+    assert [(v["isa"], v["model"]) for v in spec["variants"]] == [
+        ("avx2", "model"), ("avx512", "model_avx512"), ("default", "model_default")]
+    assert all(v["arch"] == "x86_64" for v in spec["variants"])
 
 
-def test_spec_records_the_model_library_hash(exported):
+def test_spec_records_each_variant_library_hash(exported):
     import hashlib
     path, _, _ = exported("net_dynamic")
     spec = read_spec(path)
+    digests = set()
     with zipfile.ZipFile(path) as zf:
-        name = next(n for n in zf.namelist() if n.endswith(spec["model_library"]["record"]))
-        data = zf.read(name)
-    assert hashlib.sha256(data).hexdigest() == spec["model_library"]["sha256"]
-    assert len(data) == spec["model_library"]["size"]
+        libraries = [n for n in zf.namelist() if n.endswith(".so")]
+        assert len(libraries) == len(spec["variants"]) == 3
+        for v in spec["variants"]:
+            name = next(n for n in libraries if n.endswith("/" + v["record"]))
+            data = zf.read(name)
+            assert hashlib.sha256(data).hexdigest() == v["sha256"] and len(data) == v["size"]
+            digests.add(v["sha256"])
+    assert len(digests) == 3, "two variants hold the same library"
 
 
 def test_spec_is_also_what_the_aoti_loader_reports(exported):
     path, _, _ = exported("net_dynamic")
-    runner = torch._inductor.aoti_load_package(str(path))
+    runner = load_package(path)
     assert json.loads(runner.get_metadata()["pt2rt_spec"]) == read_spec(path)
 
 
@@ -75,23 +82,26 @@ def test_golden_cases_round_trip(exported):
 
 def test_package_runs_in_python_across_the_dynamic_range(exported):
     path, model, _ = exported("net_dynamic")
-    runner = torch._inductor.aoti_load_package(str(path))
+    runner = load_package(path)
     for batch in (1, 2, 7, 31, 32):
         x = torch.randn(batch, 3, 32, 32)
         with torch.no_grad():
             torch.testing.assert_close(runner(x), model(x))
 
 
-def test_verify_report_passes(exported):
+def test_verify_report_passes_for_every_variant_this_cpu_runs(exported):
     path, _, _ = exported("net_dynamic")
     report = verify_package(path)
-    assert len(report) == 5 and all(r["passed"] for r in report), report
+    runnable = [v["isa"] for v in read_spec(path)["variants"] if not cpu.runs_here(v["arch"], v["cpu_features"])]
+    assert "avx2" in runnable and "default" in runnable  # every x86-64 host that runs the tests has AVX2
+    assert [r["variant"] for r in report] == [isa for isa in runnable for _ in range(5)]
+    assert all(r["passed"] for r in report), report
     assert all(r["max_abs_error"] < 1e-4 for r in report)
 
 
 def test_class_state_travels_in_the_package(exported):
     path, model, inputs = exported("net_dynamic")
-    runner = torch._inductor.aoti_load_package(str(path))
+    runner = load_package(path)
     x = inputs[0]
     with torch.no_grad():
         expected = model(x)
@@ -103,7 +113,7 @@ def test_class_state_travels_in_the_package(exported):
     assert (out - without_state).abs().max() > 1e-2, "the depthwise weight did not travel"
     # the package holds a copy: changing the model afterwards changes nothing
     model.depthwise.set_weight(torch.zeros(3, 1, 3, 3))
-    torch.testing.assert_close(torch._inductor.aoti_load_package(str(path))(x), expected)
+    torch.testing.assert_close(load_package(path)(x), expected)
 
 
 def test_op_only_static_package(exported):
@@ -113,8 +123,9 @@ def test_op_only_static_package(exported):
     assert spec["inputs"][0]["shape"] == [2, 3, 16, 16] and spec["inputs"][0]["dynamic_dims"] == []
     assert spec["custom_classes"] == [] and [o["name"] for o in spec["custom_ops"]] == ["my_ops::identity_conv_op"]
     assert spec["golden"]["count"] == 4
-    assert all(r["passed"] for r in verify_package(path))
-    torch.testing.assert_close(torch._inductor.aoti_load_package(str(path))(inputs[0]), inputs[0])
+    report = verify_package(path)
+    assert report and all(r["passed"] for r in report)
+    torch.testing.assert_close(load_package(path)(inputs[0]), inputs[0])
 
 
 @pytest.mark.parametrize("name, dtype, isa", [("net_fp16", "float16", "avx2"), ("net_bf16", "bfloat16", "default")])
@@ -123,20 +134,20 @@ def test_half_precision_exports(exported, name, dtype, isa):
     spec = read_spec(path)
     jsonschema.validate(spec, SCHEMA)
     assert spec["inputs"][0]["dtype"] == dtype and spec["outputs"][0]["dtype"] == dtype
-    assert spec["cpu_isa"] == isa
+    assert [v["isa"] for v in spec["variants"]] == [isa]
     assert dtype in spec["golden"]["tolerances"]
-    assert all(r["passed"] for r in verify_package(path))
+    report = verify_package(path)
+    assert report and all(r["passed"] for r in report)
 
 
-def test_cpu_isa_the_machine_lacks_is_refused(tmp_path):
-    from torch._inductor import cpu_vec_isa
-    available = {str(i).lower() for i in cpu_vec_isa.valid_vec_isa_list()}
-    missing = next((isa for isa in ("avx512", "avx2") if isa not in available), None)
-    if missing is None:
-        pytest.skip("this machine can compile every ISA export_tools offers")
+def test_a_package_none_of_whose_variants_runs_here_is_not_written(tmp_path, monkeypatch):
+    # This CPU as an AVX2-only one: an avx512-only package cannot be verified before it is written.
+    avx2_host = frozenset(cpu.features_for_flags(("-march=x86-64-v3",)))
+    monkeypatch.setattr(cpu, "host_features", lambda: avx2_host)
     model, inputs = models.identity_conv_op_only()
-    with pytest.raises(ExportError, match=f"cpu_isa {missing} cannot be compiled on this machine"):
-        export_package(model, inputs, tmp_path / "m.pt2", cpu_isa=missing)
+    with pytest.raises(ExportError, match="none of the package's CPU variants runs on this machine.*"
+                                          "avx512 needs avx512bw, avx512cd, avx512dq, avx512f, avx512vl"):
+        export_package(model, inputs, tmp_path / "m.pt2", cpu_isa="avx512")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -161,7 +172,9 @@ def test_failed_verification_leaves_nothing_behind(tmp_path):
     (dict(dynamic_batch=(5, 4)), "1 <= min <= max, got 5:4"),
     (dict(dynamic_batch=(3, 8)), "example input 0 has batch 2, outside the dynamic batch range 3:8"),
     (dict(golden=0), "expected golden >= 1, got 0"),
-    (dict(cpu_isa="sse9"), "expected cpu_isa native, avx2, avx512 or default, got 'sse9'"),
+    (dict(cpu_isa="sse9"), "unknown cpu_isa 'sse9': expected native, avx512, avx2, default"),
+    (dict(cpu_isa="avx2,avx2"), "cpu_isa lists a variant twice: avx2, avx2"),
+    (dict(cpu_isa=()), "expected one or more CPU ISA names, got ()"),
     (dict(device="tpu"), "expected device cpu or cuda, got 'tpu'"),
     (dict(metadata={"k": 1}), "expected metadata as a dict of str to str"),
 ])

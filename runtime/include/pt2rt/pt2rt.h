@@ -109,6 +109,19 @@ struct CustomOpSpec {
   std::vector<std::string> methods;  // classes only
 };
 
+// One compile of the model for one kind of CPU (export --cpu-isa): a package holds one or more.
+struct Variant {
+  std::string isa;     // "native", "avx512", "avx2", "default"
+  std::string model;   // its AOTInductor model name inside the package
+  std::string arch;    // "x86_64", "aarch64"
+  std::string vec_isa;  // inductor's name for its vector code
+  std::vector<std::string> compile_flags;
+  std::vector<std::string> cpu_features;  // what its code may use (host_cpu_features() vocabulary)
+  std::string record;  // its compiled library inside the package
+  std::string sha256;
+  int64_t size = 0;
+};
+
 struct Tolerance {
   double rtol = 0;
   double atol = 0;
@@ -124,12 +137,9 @@ struct Spec {
   std::vector<CustomOpSpec> custom_classes;
   std::vector<std::string> libraries;
   std::string torch_version;
-  std::string cpu_isa;
   std::string cuda_version;        // empty for CPU packages
   std::string compute_capability;  // empty for CPU packages
-  std::string model_library_record;
-  std::string model_library_sha256;
-  int64_t model_library_size = 0;
+  std::vector<Variant> variants;
   std::string golden_record;
   std::vector<std::string> golden_names;
   std::map<std::string, Tolerance> tolerances;  // per output dtype name
@@ -148,6 +158,9 @@ struct Options {
   bool check_torch_version = true;
   // Check the compiled model library's SHA-256 against the spec.
   bool check_sha256 = true;
+  // The CPU variant to load ("avx2", ...). Empty: $PT2RT_CPU_ISA if set, else the most specialised variant this
+  // CPU runs. A variant the package lacks or this CPU cannot run is an Error(Package).
+  std::string cpu_isa;
   // CUDA device for CUDA packages; -1: the current device.
   int device_index = -1;
 };
@@ -189,6 +202,8 @@ class PT2RT_API Runtime {
   std::vector<Tensor> example_inputs() const;
   // The ops library files that were loaded for this package (absolute paths).
   const std::vector<std::string>& ops_libraries() const;
+  // The CPU variant that was loaded.
+  const Variant& variant() const;
 
   struct Impl;
   const Impl& impl() const { return *impl_; }
@@ -202,6 +217,17 @@ class PT2RT_API Runtime {
 // A file holds one tensor, or a list or tuple of tensors.
 PT2RT_API std::vector<Tensor> load_tensors(const std::string& path);
 PT2RT_API void save_tensors(const std::string& path, const std::vector<Tensor>& tensors);
+
+// This host as the package checks see it: "x86_64" / "aarch64", and its CPU features (cpuid / getauxval,
+// including what the OS enables) among known_cpu_features(), the features this runtime can check.
+PT2RT_API const char* host_arch();
+PT2RT_API std::vector<std::string> host_cpu_features();
+PT2RT_API std::vector<std::string> known_cpu_features();
+// Why this host cannot run a variant (another arch, CPU features it lacks or this runtime does not know); "" if it can.
+PT2RT_API std::string why_variant_cannot_run(const Variant& variant);
+// The index of the variant Runtime::load would take with Options::cpu_isa = cpu_isa (see there); Error(Package)
+// naming the package's variants when none fits.
+PT2RT_API std::size_t select_variant(const Spec& spec, const std::string& cpu_isa = "");
 
 PT2RT_API const char* version();
 PT2RT_API const char* torch_version();

@@ -1,0 +1,159 @@
+// CPU variants: this host's features, which variant a package loads, forcing each one, and synthetic feature sets.
+#include <pt2rt/aten.h>
+#include <pt2rt/pt2rt.h>
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <string>
+
+namespace {
+
+const std::string kPackages = PT2RT_TEST_PACKAGES;
+const std::string kNet = kPackages + "/net_dynamic.pt2";
+
+std::set<std::string> as_set(const std::vector<std::string>& v) { return {v.begin(), v.end()}; }
+
+bool has(const std::string& feature) { return as_set(pt2rt::host_cpu_features()).count(feature) > 0; }
+
+pt2rt::Options with(const std::string& cpu_isa) {
+  pt2rt::Options o;
+  o.ops_libraries = {IDENTITY_CONV_OPS_LIBRARY};
+  o.cpu_isa = cpu_isa;
+  return o;
+}
+
+pt2rt::Variant variant(const std::string& isa, std::vector<std::string> features, const std::string& arch = "x86_64") {
+  pt2rt::Variant v;
+  v.isa = isa;
+  v.model = "model_" + isa;
+  v.arch = arch;
+  v.cpu_features = std::move(features);
+  return v;
+}
+
+pt2rt::Spec spec_of(std::vector<pt2rt::Variant> variants) {
+  pt2rt::Spec s;
+  s.variants = std::move(variants);
+  return s;
+}
+
+nlohmann::json python_view() {
+  std::ifstream in(kPackages + "/python_cpu.json");
+  return nlohmann::json::parse(in);
+}
+
+TEST(HostCpu, FeaturesAreKnownAndIncludeTheBaselineEveryTestHostHas) {
+  EXPECT_STREQ(pt2rt::host_arch(), "x86_64");
+  const auto known = as_set(pt2rt::known_cpu_features());
+  for (const auto& f : pt2rt::host_cpu_features()) EXPECT_TRUE(known.count(f)) << f;
+  for (const char* f : {"sse4_2", "avx", "avx2", "fma", "f16c", "bmi2"}) EXPECT_TRUE(has(f)) << f;
+  // AVX-512 parts come together on every CPU that has them (x86-64-v4).
+  const bool avx512 = has("avx512f");
+  for (const char* f : {"avx512dq", "avx512vl", "avx512bw", "avx512cd"}) EXPECT_EQ(has(f), avx512) << f;
+}
+
+TEST(HostCpu, EveryFeatureTorchsIsasImplyIsKnownToTheRuntime) {
+  // The exporter's vocabulary (compiler macros) for each inductor x86 ISA, checked against cpuid's table.
+  const auto known = as_set(pt2rt::known_cpu_features());
+  const auto isas = python_view().at("torch_isa_features");
+  ASSERT_GE(isas.size(), 4u);  // avx2, avx512, avx512 avx512_vnni, amx
+  for (const auto& [isa, features] : isas.items()) {
+    for (const auto& f : features) EXPECT_TRUE(known.count(f.get<std::string>())) << isa << ": " << f;
+  }
+}
+
+TEST(HostCpu, CpuidAgreesWithTheCompilersViewOfThisHost) {
+  // gcc -march=native (the exporter's view) and cpuid + XCR0 (the runtime's) on the features code generation
+  // for torch's ISAs can use.
+  const auto python = python_view();
+  std::set<std::string> relevant;
+  for (const auto& [isa, features] : python.at("torch_isa_features").items()) {
+    for (const auto& f : features) relevant.insert(f.get<std::string>());
+  }
+  std::set<std::string> from_compiler, from_cpuid;
+  for (const auto& f : python.at("host_features")) {
+    if (relevant.count(f.get<std::string>())) from_compiler.insert(f.get<std::string>());
+  }
+  for (const auto& f : pt2rt::host_cpu_features()) {
+    if (relevant.count(f)) from_cpuid.insert(f);
+  }
+  EXPECT_EQ(from_cpuid, from_compiler);
+}
+
+TEST(Variants, SyntheticFeatureSets) {
+  EXPECT_EQ(pt2rt::why_variant_cannot_run(variant("default", {})), "");
+  EXPECT_EQ(pt2rt::why_variant_cannot_run(variant("avx2", {"avx", "avx2", "fma"})), "");
+  EXPECT_EQ(pt2rt::why_variant_cannot_run(variant("x", {"avx2", "avx5124fmaps"})), "this CPU lacks avx5124fmaps");
+  EXPECT_EQ(pt2rt::why_variant_cannot_run(variant("x", {"avx2", "warp_drive", "avx5124fmaps"})),
+            "it needs CPU features this runtime does not know: warp_drive");
+  EXPECT_EQ(pt2rt::why_variant_cannot_run(variant("native", {}, "aarch64")), "it is for aarch64, this host is x86_64");
+}
+
+TEST(Variants, TheMostSpecialisedRunnableOneIsSelected) {
+  const auto spec = spec_of({variant("default", {}), variant("avx2", {"avx", "avx2", "fma"}),
+                             variant("knm", {"avx2", "avx512f", "avx5124fmaps"}), variant("arm", {}, "aarch64")});
+  EXPECT_EQ(spec.variants[pt2rt::select_variant(spec)].isa, "avx2");
+  EXPECT_EQ(spec.variants[pt2rt::select_variant(spec, "default")].isa, "default");
+  try {
+    pt2rt::select_variant(spec, "knm");
+    ADD_FAILURE() << "a variant this CPU cannot run was selected";
+  } catch (const pt2rt::Error& e) {
+    EXPECT_EQ(e.code(), pt2rt::ErrorCode::Package);
+    EXPECT_EQ(std::string(e.what()), "CPU variant knm was asked for, but this CPU lacks avx5124fmaps (the package "
+                                     "has: default, avx2, knm, arm)");
+  }
+  const auto none = spec_of({variant("knm", {"avx5124fmaps"}), variant("arm", {}, "aarch64")});
+  try {
+    pt2rt::select_variant(none);
+    ADD_FAILURE() << "no variant runs here, yet one was selected";
+  } catch (const pt2rt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no CPU variant of the package runs on this host (knm: this CPU lacks "
+                                         "avx5124fmaps; arm: it is for aarch64"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Variants, PackageLoadsTheBestVariantAndEachCanBeForced) {
+  const pt2rt::Spec spec = pt2rt::Runtime::read_spec(kNet);
+  ASSERT_EQ(spec.variants.size(), 3u);
+  const std::string best = has("avx512f") ? "avx512" : "avx2";
+  EXPECT_EQ(pt2rt::Runtime::load(kNet, with("")).variant().isa, best);
+  at::manual_seed(3);
+  const at::Tensor x = at::randn({5, 3, 32, 32});
+  std::vector<at::Tensor> outputs;
+  for (const auto& v : spec.variants) {
+    const std::string why = pt2rt::why_variant_cannot_run(v);
+    if (!why.empty()) {  // only AVX-512 on an AVX2 host: refused, exit-3 class, naming what is missing
+      EXPECT_EQ(v.isa, "avx512");
+      try {
+        pt2rt::Runtime::load(kNet, with(v.isa));
+        ADD_FAILURE() << "loaded variant " << v.isa << " that this CPU cannot run";
+      } catch (const pt2rt::Error& e) {
+        EXPECT_EQ(e.code(), pt2rt::ErrorCode::Package);
+        EXPECT_NE(std::string(e.what()).find("this CPU lacks avx512"), std::string::npos) << e.what();
+      }
+      continue;
+    }
+    const pt2rt::Runtime rt = pt2rt::Runtime::load(kNet, with(v.isa));
+    EXPECT_EQ(rt.variant().isa, v.isa);
+    EXPECT_TRUE(rt.verify().passed()) << v.isa;
+    outputs.push_back(pt2rt::run(rt, {x}).at(0));
+  }
+  for (size_t i = 1; i < outputs.size(); ++i) EXPECT_TRUE(at::allclose(outputs[i], outputs[0], 1e-5, 1e-5));
+}
+
+TEST(Variants, EnvironmentForcesAVariantAndOptionsWinOverIt) {
+  setenv("PT2RT_CPU_ISA", "default", 1);
+  EXPECT_EQ(pt2rt::Runtime::load(kNet, with("")).variant().isa, "default");
+  EXPECT_EQ(pt2rt::Runtime::load(kNet, with("avx2")).variant().isa, "avx2");
+  unsetenv("PT2RT_CPU_ISA");
+}
+
+}  // namespace

@@ -1,0 +1,90 @@
+"""export_tools.cpu: CPU variants, the features their flags imply, and that each compiled variant holds code for
+its own ISA only."""
+
+import subprocess
+import zipfile
+
+import pytest
+from torch._inductor import cpu_vec_isa
+
+from export_tools import cpu, read_spec
+
+# Every vector ISA class of torch's inductor, by the architecture its code is for. A torch that adds a class fails
+# test_every_torch_isa_class_is_classified until someone decides what pt2rt does with it.
+TORCH_ISA_ARCH = {
+    "VecAVX2": "x86_64", "VecAVX512": "x86_64", "VecAVX512VNNI": "x86_64", "VecAMX": "x86_64",
+    "VecNEON": "aarch64", "VecSVE": "aarch64", "VecVSX": "ppc64le", "VecZVECTOR": "s390x",
+    "InvalidVecISA": None,  # scalar code: the baseline of whatever arch
+}
+X86_64_V3 = {"avx", "avx2", "bmi", "bmi2", "crc32", "cx16", "f16c", "fma", "lahf_sahf", "lzcnt", "movbe", "popcnt",
+             "sse3", "sse4_1", "sse4_2", "ssse3", "xsave"}
+AVX512_BASE = {"avx512f", "avx512dq", "avx512vl", "avx512bw"}
+
+
+def test_every_torch_isa_class_is_classified():
+    names = {type(isa).__name__ for isa in cpu.every_torch_isa()}
+    assert names == set(TORCH_ISA_ARCH), f"torch's inductor ISA classes changed: {sorted(names ^ set(TORCH_ISA_ARCH))}"
+
+
+@pytest.mark.parametrize("isa", [i for i in cpu.every_torch_isa() if TORCH_ISA_ARCH[type(i).__name__] == "x86_64"],
+                         ids=lambda i: type(i).__name__)
+def test_each_x86_torch_isa_maps_to_features_that_imply_its_flags(isa):
+    flags = tuple(isa.build_arch_flags().split())
+    features = set(cpu.features_for_flags(("-march=x86-64", *flags)))
+    for flag in flags:  # -mavx512bf16 -> avx512bf16, -mamx-tile -> amx_tile: each flag is a feature itself
+        assert flag.removeprefix("-m").replace("-", "_") in features, (flag, sorted(features))
+    assert {"avx", "avx2", "fma"} <= features  # what every x86 vector ISA torch has implies
+
+
+def test_portable_levels_have_exactly_their_level_features():
+    assert set(cpu.features_for_flags(("-march=x86-64",))) == set()
+    assert set(cpu.features_for_flags(("-march=x86-64-v3",))) == X86_64_V3
+    assert set(cpu.features_for_flags(("-march=x86-64-v4",))) == X86_64_V3 | AVX512_BASE | {"avx512cd"}
+
+
+@pytest.mark.parametrize("name, vec_isa, level", [("avx512", "avx512", "x86-64-v4"), ("avx2", "avx2", "x86-64-v3"),
+                                                  ("default", "default", "x86-64")])
+def test_portable_variants_use_their_level_and_nothing_of_this_host(name, vec_isa, level):
+    with cpu.compiling(name) as v:
+        assert v.vec_isa == vec_isa and v.arch == "x86_64"
+        assert v.flags[0] == f"-march={level}"
+        assert "-mavx512bf16" not in v.flags and "-mavx512vnni" not in v.flags  # never the build host's extras
+        assert set(v.cpu_features) == set(cpu.features_for_flags((f"-march={level}",)))
+
+
+def test_native_variant_needs_what_this_host_has():
+    with cpu.compiling("native") as v:
+        assert "-march=native" in v.flags
+        assert set(v.cpu_features) <= cpu.host_features()
+        assert X86_64_V3 <= set(v.cpu_features)  # every host that runs these tests has AVX2
+
+
+def test_synthetic_feature_sets_decide_where_a_variant_runs(monkeypatch):
+    monkeypatch.setattr(cpu, "host_features", lambda: frozenset(X86_64_V3))
+    assert cpu.runs_here("x86_64", sorted(X86_64_V3)) == []
+    assert cpu.runs_here("x86_64", ["avx2", "avx512f", "avx512bf16"]) == ["avx512bf16", "avx512f"]
+    assert cpu.runs_here("aarch64", []) == ["arch aarch64"]
+
+
+@pytest.mark.parametrize("value, expected", [(None, ["native"]), ("avx2", ["avx2"]),
+                                             ("avx2, avx512", ["avx2", "avx512"]), (("default", "native"), ["default", "native"])])
+def test_variant_names(value, expected):
+    assert cpu.parse_names(value) == expected
+
+
+def _disassembly(path, record, tmp_path):
+    with zipfile.ZipFile(path) as zf:
+        name = next(n for n in zf.namelist() if n.endswith("/" + record))
+        lib = tmp_path / "lib.so"
+        lib.write_bytes(zf.read(name))
+    return subprocess.run(["objdump", "-d", str(lib)], capture_output=True, check=True, text=True).stdout
+
+
+def test_each_variant_library_holds_code_of_its_own_isa_only(exported, tmp_path):
+    # A portable variant compiled on an AVX-512 host must not carry AVX-512 code (-march=native did, once).
+    path, _, _ = exported("net_dynamic")
+    registers = {}
+    for v in read_spec(path)["variants"]:
+        asm = _disassembly(path, v["record"], tmp_path)
+        registers[v["isa"]] = ("%zmm" in asm, "%ymm" in asm)
+    assert registers == {"avx512": (True, True), "avx2": (False, True), "default": (False, False)}
