@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -25,16 +26,21 @@ constexpr int64_t kMinMacsPerThread = int64_t{1} << 16;
 // Output rows per row-kernel call (even: the kernels take rows in pairs).
 constexpr int64_t kChunkRows = 8;
 
-// The best row kernels this CPU runs, chosen once. ATEN_CPU_CAPABILITY=default (torch's switch for its own
-// kernels) selects the baseline ones here too.
+// The best row kernels this CPU runs, chosen once. ATEN_CPU_CAPABILITY (torch's switch for its own kernels:
+// default, avx2, avx512) caps the choice here too.
 const RowKernels& row_kernels() {
   static const RowKernels k = [] {
-    const char* capability = std::getenv("ATEN_CPU_CAPABILITY");
-    if (capability != nullptr && std::strcmp(capability, "default") == 0) return row_kernels_baseline();
-    RowKernels avx2{};
+    const char* env = std::getenv("ATEN_CPU_CAPABILITY");
+    const std::string cap = env != nullptr ? env : "";
+    if (cap == "default") return row_kernels_baseline();
+    RowKernels chosen{};
 #if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && row_kernels_avx2(&avx2)) return avx2;
+    __builtin_cpu_init();  // libgcc's checks include the OS's XCR0 state for AVX and AVX-512
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    if (avx512 && cap != "avx2" && row_kernels_avx512(&chosen)) return chosen;
+    if (avx2 && row_kernels_avx2(&chosen)) return chosen;
 #endif
     return row_kernels_baseline();
   }();
@@ -48,7 +54,7 @@ template <typename scalar_t>
 void depthwise_float(const scalar_t* in, const float* weight, scalar_t* out, int64_t C, int64_t H, int64_t W,
                      int64_t k, int64_t planes) {
   const int64_t pad = k / 2;
-  const int64_t padded = W + 2 * pad + kRowSlack;
+  const int64_t padded = (W + 2 * pad + kRowSlack + kRowAlign - 1) / kRowAlign * kRowAlign;
   const int64_t rows_per_task = std::max<int64_t>(1, std::min<int64_t>(H, kConvGrain / std::max<int64_t>(W, 1)));
   const int64_t blocks = (H + rows_per_task - 1) / rows_per_task;
   const RowKernels& kernels = row_kernels();
@@ -63,8 +69,11 @@ void depthwise_float(const scalar_t* in, const float* weight, scalar_t* out, int
     const int64_t buffer_rows = rows_per_task + 2 * pad;
     // The input rows, then (for half types) the task's output rows in float; the pads are never written.
     const bool half = !std::is_same_v<scalar_t, float>;
-    std::vector<float> buffer(static_cast<size_t>(buffer_rows * padded + (half ? rows_per_task * W : 0)), 0.0f);
-    float* tmp = buffer.data() + buffer_rows * padded;
+    std::vector<float> storage(
+        static_cast<size_t>(buffer_rows * padded + (half ? rows_per_task * W : 0) + kRowAlign), 0.0f);
+    float* const buffer = reinterpret_cast<float*>(
+        (reinterpret_cast<uintptr_t>(storage.data()) + kRowAlign * sizeof(float) - 1) & ~(kRowAlign * sizeof(float) - 1));
+    float* tmp = buffer + buffer_rows * padded;
     for (int64_t begin; (begin = next_chunk.fetch_add(chunk)) < tasks;) {
       const int64_t end = std::min(tasks, begin + chunk);
       for (int64_t task = begin; task < end; ++task) {
@@ -74,7 +83,7 @@ void depthwise_float(const scalar_t* in, const float* weight, scalar_t* out, int
         // Buffer row i holds input row h0 - pad + i (zeros outside the image).
         for (int64_t i = 0; i < h1 - h0 + 2 * pad; ++i) {
           const int64_t ih = h0 - pad + i;
-          float* r = buffer.data() + i * padded + pad;
+          float* r = buffer + i * padded + pad;
           if (ih < 0 || ih >= H) {
             std::fill(r, r + W, 0.0f);
             continue;
@@ -109,7 +118,7 @@ void depthwise_float(const scalar_t* in, const float* weight, scalar_t* out, int
               __builtin_prefetch(next + b, 0, 2);
             }
           }
-          kernels.rows(buffer.data() + c * padded, padded, wk, result + c * W, m, W, k);
+          kernels.rows(buffer + c * padded, padded, wk, result + c * W, m, W, k);
         }
         if constexpr (std::is_same_v<scalar_t, at::BFloat16>) {
           kernels.to_bf16(tmp, reinterpret_cast<uint16_t*>(dst), n * W);

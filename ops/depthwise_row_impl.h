@@ -7,28 +7,37 @@
 
 namespace {
 
-typedef float v8f __attribute__((vector_size(32)));
-
-// Output vectors per row in block2: 2 * kWide accumulators must fit the 16 vector registers with room for the
-// loads; a v8f takes one register with AVX and two without.
-#if defined(__AVX__)
+// L floats per vector; block2 keeps 2 * kChains accumulators in registers (kChains / V per output vector), with
+// room for the loads: AVX-512 has 32 vector registers of 16 floats, AVX 16 of 8, SSE 16 of 4 (a v8f takes two).
+#if defined(__AVX512F__)
+constexpr int L = 16;
 constexpr int kWide = 4;
+constexpr int kChains = 8;
+#elif defined(__AVX__)
+constexpr int L = 8;
+constexpr int kWide = 4;
+constexpr int kChains = 4;
 #else
+constexpr int L = 8;
 constexpr int kWide = 2;
+constexpr int kChains = 4;
 #endif
+static_assert(L <= my_ops::kRowSlack, "a partial last vector reads up to L - 1 floats past a row");
 
-inline v8f load8(const float* p) {
-  v8f v;
+typedef float vf __attribute__((vector_size(L * sizeof(float))));
+
+inline vf loadv(const float* p) {
+  vf v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
 
-inline void store8(float* p, v8f v) { std::memcpy(p, &v, sizeof v); }
+inline void storev(float* p, vf v) { std::memcpy(p, &v, sizeof v); }
 
-// One output row, V vectors of 8 outputs from rows[i] + w; one accumulator chain per kernel row and vector.
+// One output row, V vectors of L outputs from rows[i] + w; one accumulator chain per kernel row and vector.
 template <int K, int V>
 inline void block(const float* const* rows, const float* wk, int64_t w, float* out) {
-  v8f acc[K][V] = {};
+  vf acc[K][V] = {};
 #pragma GCC unroll 8
   for (int i = 0; i < K; ++i) {
     const float* r = rows[i] + w;
@@ -36,33 +45,33 @@ inline void block(const float* const* rows, const float* wk, int64_t w, float* o
     for (int j = 0; j < K; ++j) {
       const float t = wk[i * K + j];
 #pragma GCC unroll 4
-      for (int v = 0; v < V; ++v) acc[i][v] += t * load8(r + j + 8 * v);
+      for (int v = 0; v < V; ++v) acc[i][v] += t * loadv(r + j + L * v);
     }
   }
 #pragma GCC unroll 4
   for (int v = 0; v < V; ++v) {
-    v8f s = acc[0][v];
+    vf s = acc[0][v];
 #pragma GCC unroll 8
     for (int i = 1; i < K; ++i) s += acc[i][v];
-    store8(out + 8 * v, s);
+    storev(out + L * v, s);
   }
 }
 
-// Two output rows (h, h+1), V vectors of 8 outputs each, from K+1 input rows: each loaded vector feeds both
+// Two output rows (h, h+1), V vectors of L outputs each, from K+1 input rows: each loaded vector feeds both
 // rows. Kernel row r accumulates into a[r % S]: 2 * V * S independent FMA chains hide the FMA latency (S grows as
 // V shrinks) while all accumulators stay in registers.
 template <int K, int V>
 inline void block2(const float* const* rows, const float* wk, int64_t w, float* out0, float* out1) {
-  constexpr int S = (4 / V < K) ? 4 / V : K;
-  v8f a0[S][V] = {}, a1[S][V] = {};
+  constexpr int S = (kChains / V < K) ? kChains / V : K;
+  vf a0[S][V] = {}, a1[S][V] = {};
 #pragma GCC unroll 8
   for (int r = 0; r <= K; ++r) {
     const float* p = rows[r] + w;
 #pragma GCC unroll 8
     for (int j = 0; j < K; ++j) {
-      v8f x[V];
+      vf x[V];
 #pragma GCC unroll 4
-      for (int v = 0; v < V; ++v) x[v] = load8(p + j + 8 * v);
+      for (int v = 0; v < V; ++v) x[v] = loadv(p + j + L * v);
       if (r < K) {
         const float t = wk[r * K + j];
 #pragma GCC unroll 4
@@ -77,14 +86,14 @@ inline void block2(const float* const* rows, const float* wk, int64_t w, float* 
   }
 #pragma GCC unroll 4
   for (int v = 0; v < V; ++v) {
-    v8f s0 = a0[0][v], s1 = a1[0][v];
+    vf s0 = a0[0][v], s1 = a1[0][v];
 #pragma GCC unroll 4
     for (int i = 1; i < S; ++i) {
       s0 += a0[i][v];
       s1 += a1[i][v];
     }
-    store8(out0 + 8 * v, s0);
-    store8(out1 + 8 * v, s1);
+    storev(out0 + L * v, s0);
+    storev(out1 + L * v, s1);
   }
 }
 
@@ -92,13 +101,13 @@ inline void block2(const float* const* rows, const float* wk, int64_t w, float* 
 template <int K>
 inline void pair(const float* const* rows, const float* wk, float* out0, float* out1, int64_t W) {
   int64_t w = 0;
-  for (; w + 8 * kWide <= W; w += 8 * kWide) block2<K, kWide>(rows, wk, w, out0 + w, out1 + w);
+  for (; w + L * kWide <= W; w += L * kWide) block2<K, kWide>(rows, wk, w, out0 + w, out1 + w);
   if constexpr (kWide > 2) {
-    for (; w + 16 <= W; w += 16) block2<K, 2>(rows, wk, w, out0 + w, out1 + w);
+    for (; w + 2 * L <= W; w += 2 * L) block2<K, 2>(rows, wk, w, out0 + w, out1 + w);
   }
-  for (; w + 8 <= W; w += 8) block2<K, 1>(rows, wk, w, out0 + w, out1 + w);
+  for (; w + L <= W; w += L) block2<K, 1>(rows, wk, w, out0 + w, out1 + w);
   if (w < W) {
-    float t0[8], t1[8];
+    float t0[L], t1[L];
     block2<K, 1>(rows, wk, w, t0, t1);
     std::memcpy(out0 + w, t0, static_cast<size_t>(W - w) * sizeof(float));
     std::memcpy(out1 + w, t1, static_cast<size_t>(W - w) * sizeof(float));
@@ -108,10 +117,10 @@ inline void pair(const float* const* rows, const float* wk, float* out0, float* 
 template <int K>
 inline void single(const float* const* rows, const float* wk, float* out, int64_t W) {
   int64_t w = 0;
-  for (; w + 16 <= W; w += 16) block<K, 2>(rows, wk, w, out + w);
-  for (; w + 8 <= W; w += 8) block<K, 1>(rows, wk, w, out + w);
+  for (; w + 2 * L <= W; w += 2 * L) block<K, 2>(rows, wk, w, out + w);
+  for (; w + L <= W; w += L) block<K, 1>(rows, wk, w, out + w);
   if (w < W) {
-    float tail[8];
+    float tail[L];
     block<K, 1>(rows, wk, w, tail);
     std::memcpy(out + w, tail, static_cast<size_t>(W - w) * sizeof(float));
   }

@@ -9,8 +9,10 @@ namespace my_ops {
 
 // Output rows 0..n-1 of a block of one plane: output row i (W floats at out + i * W) from input rows i..i+K-1,
 // which start at in + i * stride, are zero-padded with K/2 zeros on each side and are followed by kRowSlack more
-// readable floats. weight is the K*K taps of this channel.
-constexpr int64_t kRowSlack = 8;
+// readable floats. in is 64-byte aligned and stride a multiple of kRowAlign floats. weight is the K*K taps of
+// this channel.
+constexpr int64_t kRowSlack = 32;
+constexpr int64_t kRowAlign = 16;
 using DepthwiseRowsFn = void (*)(const float* in, int64_t stride, const float* weight, float* out, int64_t n,
                                  int64_t W, int64_t K);
 
@@ -26,6 +28,8 @@ struct RowKernels {
 };
 
 RowKernels row_kernels_baseline();
-bool row_kernels_avx2(RowKernels* out);  // false when the library was built without them (non-x86)
+// false when the library was built without them (non-x86)
+bool row_kernels_avx2(RowKernels* out);
+bool row_kernels_avx512(RowKernels* out);
 
 }  // namespace my_ops

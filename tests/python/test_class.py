@@ -69,21 +69,50 @@ torch.save(outs, sys.argv[1])
 """
 
 
-def test_baseline_cpu_kernels_match_too(tmp_path):
-    """ATEN_CPU_CAPABILITY=default selects the kernels for any x86-64 CPU (chosen once per process, so in a
-    process of its own): they meet the same tolerances, and they are not the AVX2 ones (FMA rounds once)."""
-    out = tmp_path / "baseline.pt"
-    result = subprocess.run([sys.executable, "-c", BASELINE, str(out)], capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "ATEN_CPU_CAPABILITY": "default"})
-    assert result.returncode == 0, result.stderr
-    differs = False
-    for x, w, baseline in torch.load(out):
-        torch.testing.assert_close(baseline, reference(x, w), **TOL[x.dtype])
-        conv = Conv(x.shape[1], w.shape[-1])
-        conv.set_weight(w)
-        differs |= not torch.equal(conv.forward(x), baseline)
-    if torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"):
-        assert differs, "ATEN_CPU_CAPABILITY=default gave bit-identical results: the baseline kernels did not run"
+def _host_has(*flags):
+    with open("/proc/cpuinfo") as f:
+        have = set(next(line for line in f if line.startswith("flags")).split())
+    return all(flag in have for flag in flags)
+
+
+# ATEN_CPU_CAPABILITY -> the CPU flags the kernels it selects need (/proc/cpuinfo names).
+KERNEL_VARIANTS = {"default": (), "avx2": ("avx2", "fma"), "avx512": ("avx512f", "avx512dq", "avx512vl", "avx512bw")}
+
+
+@pytest.fixture(scope="module")
+def kernel_outputs(tmp_path_factory):
+    """Each row-kernel variant this CPU can execute, forced with ATEN_CPU_CAPABILITY (chosen once per process, so
+    in a process of its own): variant -> [(x, weight, output)]."""
+    outs = {}
+    for variant, flags in KERNEL_VARIANTS.items():
+        if not _host_has(*flags):
+            continue
+        out = tmp_path_factory.mktemp("kernels") / f"{variant}.pt"
+        result = subprocess.run([sys.executable, "-c", BASELINE, str(out)], capture_output=True, text=True,
+                                timeout=300, env={**os.environ, "ATEN_CPU_CAPABILITY": variant})
+        assert result.returncode == 0, result.stderr
+        outs[variant] = torch.load(out)
+    return outs
+
+
+@pytest.mark.parametrize("variant", list(KERNEL_VARIANTS))
+def test_each_cpu_kernel_variant_matches_the_reference(kernel_outputs, variant):
+    if variant not in kernel_outputs:
+        pytest.skip(f"needs a CPU with {', '.join(KERNEL_VARIANTS[variant])} to run the {variant} kernels")
+    for x, w, out in kernel_outputs[variant]:
+        torch.testing.assert_close(out, reference(x, w), **TOL[x.dtype])
+
+
+def test_the_kernel_variants_are_different_code(kernel_outputs):
+    """Forcing a variant runs other code: its float32 results differ in the last bits from each other variant's
+    (vector width and FMA change the summation order), so the switch is not a no-op."""
+    if len(kernel_outputs) < 2:
+        pytest.skip("needs a CPU with AVX2 to have two kernel variants")
+    names = list(kernel_outputs)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            pairs = zip(kernel_outputs[a], kernel_outputs[b])
+            assert any(not torch.equal(p[2], q[2]) for p, q in pairs if p[0].dtype == torch.float32), (a, b)
 
 
 def test_weight_dtype_is_kept_and_used(device):
