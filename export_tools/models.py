@@ -55,6 +55,37 @@ def identity_conv_net_bf16():
     return identity_conv_net(torch.bfloat16)
 
 
+class ConvHeavyNet(torch.nn.Module):
+    """A small mobile-style stack where convolutions dominate: stem conv, IdentityConvClass as the depthwise
+    stage, pointwise conv, and two more 3x3 convs."""
+
+    def __init__(self, width: int = 32):
+        super().__init__()
+        ops.load_library()
+        self.stem = torch.nn.Conv2d(3, width, 3, padding=1)
+        self.depthwise = torch.classes.my_ops.IdentityConvClass(width, 3)
+        self.pointwise = torch.nn.Conv2d(width, 2 * width, 1)
+        self.conv1 = torch.nn.Conv2d(2 * width, 2 * width, 3, padding=1)
+        self.conv2 = torch.nn.Conv2d(2 * width, width, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.stem(x))
+        y = torch.ops.my_ops.identity_conv_op(self.depthwise.forward(y))
+        y = torch.relu(self.pointwise(y))
+        y = torch.relu(self.conv1(y))
+        return self.conv2(y)
+
+
+def conv_heavy_net():
+    gen = torch.Generator().manual_seed(2)
+    model = ConvHeavyNet().eval()
+    model.depthwise.set_weight(torch.randn(32, 1, 3, 3, generator=gen))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
+    return model, (torch.randn(2, 3, 64, 64, generator=gen),)
+
+
 def identity_conv_op_only():
     gen = torch.Generator().manual_seed(1)
     return IdentityConvOpOnly().eval(), (torch.randn(2, 3, 16, 16, generator=gen),)

@@ -16,8 +16,10 @@ export_if_missing() {
 }
 PACKAGE=$ROOT/build/models/identity_conv_net.pt2
 OP_PACKAGE=$ROOT/build/models/identity_conv_op_only.pt2
+CONV_PACKAGE=$ROOT/build/models/conv_heavy_net.pt2
 export_if_missing "$PACKAGE" identity_conv_net --dynamic-batch 1:32
 export_if_missing "$OP_PACKAGE" identity_conv_op_only
+export_if_missing "$CONV_PACKAGE" conv_heavy_net --dynamic-batch 1:8
 log "benchmarks -> build/bench"
 cd "$ROOT"
-"$PYTHON" benchmarks/bench.py --build "$BUILD_DIR" --package "$PACKAGE" --op-package "$OP_PACKAGE" --out "$ROOT/build/bench" ${BENCH_ARGS:-}
+"$PYTHON" benchmarks/bench.py --build "$BUILD_DIR" --package "$PACKAGE" --op-package "$OP_PACKAGE" --conv-package "$CONV_PACKAGE" --out "$ROOT/build/bench" ${BENCH_ARGS:-}

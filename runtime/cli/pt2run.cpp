@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <mutex>
 #include <numeric>
@@ -157,6 +159,12 @@ int cmd_verify(const std::string& package, const std::vector<std::string>& ops) 
   return report.passed() ? kExitOk : kExitMismatch;
 }
 
+int count_process_threads() {
+  int n = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
 double percentile(std::vector<double> sorted, double p) {
   if (sorted.empty()) return 0;
   const double idx = p * static_cast<double>(sorted.size() - 1);
@@ -175,18 +183,33 @@ int cmd_bench(const std::string& package, const std::vector<std::string>& ops, c
   const pt2rt::Runtime rt = pt2rt::Runtime::load(package, options_for(ops, runners));
   const auto inputs = input_files.empty() ? rt.example_inputs() : read_inputs(input_files);
   const auto views = views_of(inputs);
-  for (int i = 0; i < warmup; ++i) rt.run(views);
 
+  // Every run happens on the bench threads, warm-up included: each thread that runs a model gets an OpenMP team
+  // of its own, and a team left idle on another thread (warming up on main did this) makes libgomp stop
+  // spin-waiting once its threads outnumber the cores - every call then waits for its threads to wake.
   std::vector<double> latencies(static_cast<size_t>(iters));
-  std::atomic<int> next{0}, done{0};
+  std::atomic<int> next{0}, done{0}, warm{0};
+  int process_threads = 0;  // when measuring ends: main, the callers and their OpenMP teams
+  int finished = 0;
   const bool tty = isatty(STDERR_FILENO) && !json;
-  const auto start = std::chrono::steady_clock::now();
-  std::vector<std::thread> pool;
-  std::mutex error_mutex;
+  std::chrono::steady_clock::time_point start;
+  std::mutex error_mutex, start_mutex;
+  std::condition_variable started;
   std::exception_ptr error;
+  std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&] {
+    pool.emplace_back([&, t] {
       try {
+        for (int i = t; i < warmup; i += threads) rt.run(views);
+        {
+          std::unique_lock<std::mutex> lock(start_mutex);
+          if (++warm == threads) {
+            start = std::chrono::steady_clock::now();
+            started.notify_all();
+          } else {
+            started.wait(lock, [&] { return warm.load() == threads; });
+          }
+        }
         for (int i; (i = next.fetch_add(1)) < iters;) {
           const auto t0 = std::chrono::steady_clock::now();
           rt.run(views);
@@ -194,10 +217,24 @@ int cmd_bench(const std::string& package, const std::vector<std::string>& ops, c
               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
           ++done;
         }
+        // The last caller counts the process's threads while every caller (and its team) still exists.
+        std::unique_lock<std::mutex> lock(start_mutex);
+        if (++finished == threads) {
+          process_threads = count_process_threads();
+          started.notify_all();
+        } else {
+          started.wait(lock, [&] { return finished >= threads; });
+        }
       } catch (...) {
-        std::lock_guard<std::mutex> lock(error_mutex);
-        error = std::current_exception();
-        next = iters;
+        {
+          std::lock_guard<std::mutex> lock(error_mutex);
+          error = std::current_exception();
+          next = iters;
+        }
+        std::lock_guard<std::mutex> lock(start_mutex);  // never leave the others waiting for this one
+        warm = threads;
+        finished = threads;
+        started.notify_all();
       }
     });
   }
@@ -219,7 +256,7 @@ int cmd_bench(const std::string& package, const std::vector<std::string>& ops, c
     nlohmann::json j = {{"latency_ms", {{"p50", p50}, {"p90", p90}, {"p99", p99}, {"mean", mean}}},
                         {"throughput_per_s", throughput},
                         {"iters", iters}, {"threads", threads}, {"runners", runners}, {"warmup", warmup},
-                        {"intra_op_threads", pt2rt::num_threads()}};
+                        {"intra_op_threads", pt2rt::num_threads()}, {"process_threads", process_threads}};
     std::cout << j.dump() << "\n";
   } else {
     std::printf("%d runs, %d threads, %d runners: p50 %.3f ms  p90 %.3f ms  p99 %.3f ms  mean %.3f ms  %.1f runs/s\n",

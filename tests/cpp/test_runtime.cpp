@@ -331,6 +331,22 @@ TEST(Pt2run, BenchTakesIntraOpThreads) {
   EXPECT_EQ(shell(kPt2run + " bench " + kNet + " --intra-op-threads 0 >/dev/null 2>&1"), 2);
 }
 
+TEST(Pt2run, BenchWarmsUpOnTheThreadsItMeasures) {
+  // Each thread that runs a model gets an OpenMP team; warm-up runs on main left an idle team there, and libgomp
+  // then stopped spin-waiting (its threads outnumbered the cores): every measured call paid a wake-up. With the
+  // warm-up on the bench threads, warming up adds no thread to the process.
+  const auto threads_of = [](const std::string& text) {
+    const auto at = text.find("\"process_threads\":");
+    return at == std::string::npos ? -1 : std::atoi(text.c_str() + at + 18);
+  };
+  for (const char* callers : {"1", "2"}) {
+    const std::string args = std::string("--iters 5 --intra-op-threads 2 --threads ") + callers;
+    const int warmed = threads_of(bench_json(args + " --warmup 20")), cold = threads_of(bench_json(args + " --warmup 0"));
+    EXPECT_GT(cold, 1) << callers;
+    EXPECT_EQ(warmed, cold) << callers << " caller(s)";
+  }
+}
+
 TEST(Runtime, SetNumThreads) {
   const int before = pt2rt::num_threads();
   pt2rt::set_num_threads(1);
