@@ -106,7 +106,7 @@ def p50(fn):
             lat.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(lat)
 result = {"aoti_python_ms": p50(aoti), "eager_ms": p50(model), "compile_ms": p50(compiled)}
-if hasattr(model, "depthwise"):  # where the example model's time goes, eager, one part at a time
+if hasattr(model, "depthwise") and hasattr(model, "conv"):  # where the example model's time goes, eager, one part at a time
     with torch.inference_mode():
         y = model.depthwise.forward(x)
         z = torch.ops.my_ops.identity_conv_op(y)
@@ -260,7 +260,8 @@ def chart(report: dict, path: Path) -> None:
     ax.set_ylabel("speed ratio (log)")
     ax.set_title("IdentityConvClass.forward (NCHW)")
     ax.legend(fontsize=8)
-    fig.suptitle(f"{report['machine']['cpu']} - {report['machine']['cores']} cores - torch {report['machine']['torch']}")
+    m = report["machine"]
+    fig.suptitle(f"{m['cpu']} ({m.get('isa', '?')}) - {m['cores']} cores - torch {m['torch']}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -288,7 +289,10 @@ def main() -> int:
             return 2
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
-    report: dict = {"machine": {"cpu": cpu, "cores": os.cpu_count(), "torch": torch.__version__,
+    flags = set(next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                      if line.startswith("flags")), []))
+    isa = ", ".join(f for f in ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile") if f in flags)
+    report: dict = {"machine": {"cpu": cpu, "isa": isa, "cores": os.cpu_count(), "torch": torch.__version__,
                                 "python": platform.python_version()},
                     "command": " ".join(sys.argv)}
     min_time = 0.05 if args.quick else 0.3

@@ -7,7 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <fstream>
 #include <set>
 #include <string>
@@ -46,6 +48,15 @@ pt2rt::Spec spec_of(std::vector<pt2rt::Variant> variants) {
 nlohmann::json python_view() {
   std::ifstream in(kPackages + "/python_cpu.json");
   return nlohmann::json::parse(in);
+}
+
+// stdout of a command; empty when it fails.
+std::string output_of(const std::string& command) {
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
+  std::string out;
+  char buf[4096];
+  for (size_t n; pipe && (n = fread(buf, 1, sizeof buf, pipe.get())) > 0;) out.append(buf, n);
+  return out;
 }
 
 TEST(HostCpu, FeaturesAreKnownAndIncludeTheBaselineEveryTestHostHas) {
@@ -147,6 +158,31 @@ TEST(Variants, PackageLoadsTheBestVariantAndEachCanBeForced) {
     outputs.push_back(pt2rt::run(rt, {x}).at(0));
   }
   for (size_t i = 1; i < outputs.size(); ++i) EXPECT_TRUE(at::allclose(outputs[i], outputs[0], 1e-5, 1e-5));
+}
+
+TEST(Variants, Pt2runInfoJsonListsVariantsAndTheSelectedOne) {
+  const auto j = nlohmann::json::parse(output_of(std::string(PT2RUN_BINARY) + " info --json " + kNet));
+  ASSERT_EQ(j.at("variants").size(), 3u);
+  for (const auto& v : j.at("variants")) {
+    for (const char* key : {"isa", "model", "arch", "cpu_features", "record", "sha256", "size"}) {
+      EXPECT_TRUE(v.contains(key)) << key;
+    }
+  }
+  EXPECT_EQ(j.at("selected"), has("avx512f") ? "avx512" : "avx2");
+  const auto forced = nlohmann::json::parse(output_of("PT2RT_CPU_ISA=default " PT2RUN_BINARY " info --json " + kNet));
+  EXPECT_EQ(forced.at("selected"), "default");
+  const auto none = nlohmann::json::parse(output_of("PT2RT_CPU_ISA=sse9 " PT2RUN_BINARY " info --json " + kNet));
+  EXPECT_TRUE(none.at("selected").is_null());
+  EXPECT_NE(none.at("selected_error").get<std::string>().find("has no CPU variant sse9"), std::string::npos);
+  const std::string text = output_of(std::string(PT2RUN_BINARY) + " info " + kNet);
+  EXPECT_NE(text.find("selected     " + std::string(has("avx512f") ? "avx512" : "avx2")), std::string::npos) << text;
+}
+
+TEST(Variants, Pt2runHostJsonIsWhatTheRuntimeSees) {
+  const auto j = nlohmann::json::parse(output_of(std::string(PT2RUN_BINARY) + " host --json"));
+  EXPECT_EQ(j.at("arch"), pt2rt::host_arch());
+  EXPECT_EQ(j.at("cpu_features").get<std::vector<std::string>>(), pt2rt::host_cpu_features());
+  EXPECT_EQ(j.at("known_cpu_features").get<std::vector<std::string>>(), pt2rt::known_cpu_features());
 }
 
 TEST(Variants, EnvironmentForcesAVariantAndOptionsWinOverIt) {
