@@ -23,6 +23,22 @@ namespace {
 constexpr int kExitOk = 0;
 constexpr int kExitMismatch = 1;
 
+// Text from a package (names, metadata, messages quoting them) printed as it is could end a line early or drive
+// the terminal: control characters are written as \xNN.
+std::string printable(const std::string& text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
 std::string dims(const pt2rt::TensorSpec& t) {
   std::vector<std::string> d;
   for (auto s : t.shape) d.push_back(std::to_string(s));
@@ -40,14 +56,44 @@ std::string join(const std::vector<std::string>& v, const char* sep) {
   return out;
 }
 
+// The spec with every string made printable (one line per field, whatever the package holds).
+pt2rt::Spec printable_spec(pt2rt::Spec s) {
+  for (auto* f : {&s.format, &s.model, &s.device, &s.torch_version, &s.cuda_version, &s.compute_capability,
+                  &s.golden_record, &s.created_by}) {
+    *f = printable(*f);
+  }
+  for (auto* list : {&s.inputs, &s.outputs}) {
+    for (auto& t : *list) {
+      t.name = printable(t.name);
+      for (auto& d : t.dynamic_dims) d.name = printable(d.name);
+    }
+  }
+  for (auto* list : {&s.custom_ops, &s.custom_classes}) {
+    for (auto& c : *list) {
+      c.name = printable(c.name);
+      c.library = printable(c.library);
+      for (auto& m : c.methods) m = printable(m);
+    }
+  }
+  for (auto& v : s.variants) {
+    for (auto* f : {&v.isa, &v.model, &v.arch, &v.record, &v.sha256}) *f = printable(*f);
+    for (auto& f : v.cpu_features) f = printable(f);
+  }
+  std::map<std::string, std::string> metadata;
+  for (const auto& [k, v] : s.metadata) metadata[printable(k)] = printable(v);
+  s.metadata = std::move(metadata);
+  return s;
+}
+
 int cmd_info(const std::string& package, bool json) {
-  const pt2rt::Spec spec = pt2rt::Runtime::read_spec(package);
+  const pt2rt::Spec raw = pt2rt::Runtime::read_spec(package);
+  const pt2rt::Spec spec = json ? raw : printable_spec(raw);
   // Which variant this host would load, or why none.
   std::string selected, none_reason;
   try {
-    selected = spec.variants[pt2rt::select_variant(spec)].isa;
+    selected = spec.variants[pt2rt::select_variant(raw)].isa;
   } catch (const pt2rt::Error& e) {
-    none_reason = e.what();
+    none_reason = json ? e.what() : printable(e.what());
   }
   if (json) {
     nlohmann::json j = nlohmann::json::parse(spec.json);
@@ -56,26 +102,28 @@ int cmd_info(const std::string& package, bool json) {
     std::cout << j.dump(2) << "\n";
     return kExitOk;
   }
-  std::cout << "package      " << spec.model << "  (" << spec.format << ", " << spec.created_by << ")\n"
+  std::ostringstream os;
+  os << "package      " << spec.model << "  (" << spec.format << ", " << spec.created_by << ")\n"
             << "device       " << spec.device
             << (spec.cuda_version.empty() ? "" : "  (CUDA " + spec.cuda_version + ", sm " + spec.compute_capability + ")")
             << "\n"
             << "torch        " << spec.torch_version << "  (this runtime: " << pt2rt::torch_version() << ")\n";
-  for (const auto& t : spec.inputs) std::cout << "input        " << t.name << ": " << dims(t) << "\n";
-  for (const auto& t : spec.outputs) std::cout << "output       " << t.name << ": " << dims(t) << "\n";
-  for (const auto& o : spec.custom_ops) std::cout << "custom op    " << o.name << "  <- " << o.library << "\n";
-  for (const auto& c : spec.custom_classes) std::cout << "custom class " << c.name << "  <- " << c.library << "\n";
+  for (const auto& t : spec.inputs) os << "input        " << t.name << ": " << dims(t) << "\n";
+  for (const auto& t : spec.outputs) os << "output       " << t.name << ": " << dims(t) << "\n";
+  for (const auto& o : spec.custom_ops) os << "custom op    " << o.name << "  <- " << o.library << "\n";
+  for (const auto& c : spec.custom_classes) os << "custom class " << c.name << "  <- " << c.library << "\n";
   for (const auto& v : spec.variants) {
-    const std::string why = pt2rt::why_variant_cannot_run(v);
-    std::cout << "variant      " << v.isa << (v.isa == selected ? "  (selected here)" : "") << "  " << v.arch
+    const std::string why = printable(pt2rt::why_variant_cannot_run(raw.variants[static_cast<size_t>(&v - spec.variants.data())]));
+    os << "variant      " << v.isa << (v.isa == selected ? "  (selected here)" : "") << "  " << v.arch
               << ", model " << v.model << ", " << v.record << "  sha256 " << v.sha256 << "\n"
               << "  features   " << (v.cpu_features.empty() ? "(baseline " + v.arch + ")" : join(v.cpu_features, " "))
               << "\n";
-    if (!why.empty()) std::cout << "  not here   " << why << "\n";
+    if (!why.empty()) os << "  not here   " << why << "\n";
   }
-  std::cout << "selected     " << (selected.empty() ? "none: " + none_reason : selected) << "\n"
+  os << "selected     " << (selected.empty() ? "none: " + none_reason : selected) << "\n"
             << "golden       " << spec.golden_names.size() << " cases in " << spec.golden_record << "\n";
-  for (const auto& [k, v] : spec.metadata) std::cout << "metadata     " << k << " = " << v << "\n";
+  for (const auto& [k, v] : spec.metadata) os << "metadata     " << k << " = " << v << "\n";
+  std::cout << os.str();
   return kExitOk;
 }
 
@@ -95,10 +143,12 @@ int cmd_host(bool json) {
 }
 
 std::string g_cpu_isa;  // --cpu-isa
+bool g_ops_from_package_dir = false;  // --ops-from-package-dir
 
 pt2rt::Options options_for(const std::vector<std::string>& ops, int runners) {
   pt2rt::Options o;
   o.cpu_isa = g_cpu_isa;
+  o.ops_from_package_dir = g_ops_from_package_dir;
   o.ops_libraries = ops;
   o.num_runners = runners;
   return o;
@@ -270,6 +320,8 @@ int cmd_bench(const std::string& package, const std::vector<std::string>& ops, c
 int main(int argc, char** argv) {
   // pt2run owns its process: per-call model buffers stay mapped between runs (see keep_freed_memory).
   pt2rt::keep_freed_memory();
+  // Directories a killed pt2run (or any process of this user using libpt2rt) left in $TMPDIR.
+  pt2rt::remove_stale_temp_dirs();
   CLI::App app{"pt2run: run model.pt2 packages made by export_tools, without Python.\n"
                "Exit codes: 0 ok, 1 verification mismatch, 2 usage, 3 package, 4 ops library, 5 input, 6 I/O, "
                "7 runtime."};
@@ -317,6 +369,11 @@ int main(int argc, char** argv) {
                     "torch threads per run (default: all cores for one caller, cores / --threads for several)")
       ->check(CLI::Range(1, 1024));
   bench->add_flag("--json", json, "print {\"latency_ms\": {...}, \"throughput_per_s\": ...}");
+  for (auto* sub : {run, verify, bench}) {
+    sub->add_flag("--ops-from-package-dir", g_ops_from_package_dir,
+                  "also look for the ops libraries the package names in its own directory (off: a package must not "
+                  "run code from where it was downloaded)");
+  }
 
   try {
     app.parse(argc, argv);
@@ -345,12 +402,12 @@ int main(int argc, char** argv) {
     if (verify->parsed()) return cmd_verify(package, ops);
     if (bench->parsed()) return cmd_bench(package, ops, inputs, warmup, iters, threads, runners, intra_op_threads, json);
   } catch (const pt2rt::Error& e) {
-    std::cerr << "pt2run: error (" << pt2rt::error_code_name(e.code()) << "): " << e.what() << "\n";
+    std::cerr << "pt2run: error (" << pt2rt::error_code_name(e.code()) << "): " << printable(e.what()) << "\n";
     return pt2rt::exit_code(e.code());
   } catch (const std::exception& e) {
     std::string what = e.what();
     if (!verbose && what.find('\n') != std::string::npos) what.resize(what.find('\n'));
-    std::cerr << "pt2run: error (runtime): " << what << "\n";
+    std::cerr << "pt2run: error (runtime): " << printable(what) << "\n";
     return pt2rt::exit_code(pt2rt::ErrorCode::Runtime);
   }
   return pt2rt::exit_code(pt2rt::ErrorCode::Usage);

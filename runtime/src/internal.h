@@ -5,6 +5,10 @@
 
 #include <ATen/ATen.h>
 
+namespace caffe2::serialize {
+class PyTorchStreamReader;
+}
+
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -27,9 +31,46 @@ std::string shape_str(const std::vector<int64_t>& shape);
 // The first line of an exception's message, without c10 backtraces.
 std::string short_what(const std::exception& e);
 
-// Package records (zip, PT2 archive layout).
-std::vector<char> read_record(const std::string& package_path, const std::string& name);
-std::string find_metadata_record(const std::string& package_path);
+// A package opened once: every record name checked (relative, no "..", no backslash or control character, no
+// duplicate) before anything is read, reads bounded by the limits. Every read of a load goes through this one
+// open file, so a package replaced on disk meanwhile cannot mix two packages' records.
+struct Limits {
+  uint64_t max_record_bytes;
+  uint64_t max_metadata_bytes;
+  size_t max_records = 100000;
+};
+Limits limits_of(const Options& options);
+
+class Package {
+ public:
+  Package(const std::string& path, const Limits& limits);
+  ~Package();
+  const std::string& path() const { return path_; }
+  const std::vector<std::string>& records() const { return records_; }  // relative to the archive root
+  uint64_t size_of(const std::string& name) const;                      // uncompressed
+  std::vector<char> read(const std::string& name, uint64_t limit = 0) const;  // limit 0: max_record_bytes
+  std::string metadata_record() const;  // the first data/aotinductor/<model>/*_metadata.json
+  Spec spec() const;
+
+ private:
+  std::string path_;
+  Limits limits_;
+  std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader_;
+  std::vector<std::string> records_;
+};
+
+// The variant's model folder (and the package's constants and weights) in a new private directory, mode 0700,
+// for AOTInductor to load from; the library's SHA-256 checked on the bytes written (Options::check_sha256).
+struct Extraction {
+  std::string key;  // content hash; shared by the Runtimes of identical content
+  std::string dir;
+  ~Extraction();  // the last one removes dir
+};
+std::shared_ptr<Extraction> extract_variant(const Package& package, const Variant& variant, const Options& options);
+std::string make_private_dir();
+
+// Why a record name is unsafe to extract ("" if it is fine).
+std::string unsafe_record_name(const std::string& name);
 Spec parse_spec(const std::string& json_text, const std::string& package_path);
 std::string sha256_hex(const void* data, size_t size);
 
@@ -48,8 +89,7 @@ struct Golden {
 Golden parse_golden(const std::vector<char>& bytes, const std::string& package_path);
 
 // Ops libraries.
-std::vector<std::string> load_ops_libraries(const Spec& spec, const std::string& package_path,
-                                            const std::vector<std::string>& explicit_libraries);
+std::vector<std::string> load_ops_libraries(const Spec& spec, const std::string& package_path, const Options& options);
 void check_registered(const Spec& spec, const std::vector<std::string>& loaded);
 
 // Host checks.

@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <unordered_map>
 
@@ -46,6 +47,11 @@ std::unordered_map<std::string, void*>& loaded_handles() {
   return handles;
 }
 
+bool loaded_before(const std::string& path) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return loaded_handles().count(absolute(path)) > 0;
+}
+
 std::string load_one(const std::string& path) {
   if (!is_file(path)) throw Error(ErrorCode::OpsLibrary, "ops library " + path + " does not exist");
   const std::string abs = absolute(path);
@@ -60,8 +66,8 @@ std::string load_one(const std::string& path) {
   return abs;
 }
 
-std::vector<std::string> search_path(const std::string& package_path) {
-  std::vector<std::string> dirs{dirname_of(package_path)};
+std::vector<std::string> search_path(const std::string& package_path, bool package_dir) {
+  std::vector<std::string> dirs;
   const std::string own = own_directory();
   if (!own.empty()) dirs.push_back(own);
   if (const char* env = std::getenv("PT2RT_OPS_PATH")) {
@@ -69,19 +75,73 @@ std::vector<std::string> search_path(const std::string& package_path) {
     for (std::string dir; std::getline(list, dir, ':');)
       if (!dir.empty()) dirs.push_back(dir);
   }
+  if (package_dir) dirs.push_back(dirname_of(package_path));
   return dirs;
+}
+
+std::string qualified_class(const std::string& name) {
+  const auto sep = name.find("::");
+  return "__torch__.torch.classes." + name.substr(0, sep) + "." + name.substr(sep == std::string::npos ? 0 : sep + 2);
+}
+
+bool op_registered(const std::string& name) {
+  return c10::Dispatcher::singleton().findSchema(c10::OperatorName(name, "")).has_value();
+}
+
+bool class_registered(const std::string& name) { return torch::getCustomClass(qualified_class(name)) != nullptr; }
+
+std::string namespace_of(const std::string& name) { return name.substr(0, name.find("::")); }
+
+// What the spec needs that is not registered yet, as "op ns::x (from libY.so)".
+std::vector<std::string> missing_items(const Spec& spec) {
+  std::vector<std::string> missing;
+  for (const auto& op : spec.custom_ops) {
+    if (!op_registered(op.name)) missing.push_back("op " + op.name + " (from " + op.library + ")");
+  }
+  for (const auto& cls : spec.custom_classes) {
+    if (!class_registered(cls.name)) missing.push_back("class " + cls.name + " (from " + cls.library + ")");
+  }
+  return missing;
+}
+
+// A second library registering a namespace that is already registered aborts the process (TORCH_LIBRARY throws
+// during dlopen): refuse before loading when a namespace the package still lacks items of already has ops.
+void check_no_second_copy(const Spec& spec, const std::string& library) {
+  std::set<std::string> lacking;
+  for (const auto& op : spec.custom_ops) {
+    if (!op_registered(op.name)) lacking.insert(namespace_of(op.name));
+  }
+  for (const auto& cls : spec.custom_classes) {
+    if (!class_registered(cls.name)) lacking.insert(namespace_of(cls.name));
+  }
+  for (const auto& name : c10::Dispatcher::singleton().getAllOpNames()) {
+    const std::string ns = namespace_of(name.name);
+    if (lacking.count(ns)) {
+      throw Error(ErrorCode::OpsLibrary, "namespace " + ns + " is already registered in this process (e.g. " +
+                                             name.name + ") by another library, which lacks what the package needs; "
+                                             "loading " + library + " as well would register " + ns +
+                                             " twice, which aborts the process");
+    }
+  }
 }
 
 }  // namespace
 
-std::vector<std::string> load_ops_libraries(const Spec& spec, const std::string& package_path,
-                                            const std::vector<std::string>& explicit_libraries) {
+std::vector<std::string> load_ops_libraries(const Spec& spec, const std::string& package_path, const Options& options) {
   std::vector<std::string> loaded;
-  if (!explicit_libraries.empty()) {
-    for (const auto& lib : explicit_libraries) loaded.push_back(load_one(lib));
+  // Everything already registered (an earlier load, or the host program's own copy): load nothing more.
+  if (missing_items(spec).empty()) return loaded;
+  auto load_checked = [&](const std::string& path) {
+    if (!missing_items(spec).empty()) {
+      if (!loaded_before(path)) check_no_second_copy(spec, path);
+      loaded.push_back(load_one(path));
+    }
+  };
+  if (!options.ops_libraries.empty()) {
+    for (const auto& lib : options.ops_libraries) load_checked(lib);
     return loaded;
   }
-  const auto dirs = search_path(package_path);
+  const auto dirs = search_path(package_path, options.ops_from_package_dir);
   for (const auto& name : spec.libraries) {
     std::string found;
     for (const auto& dir : dirs) {
@@ -96,24 +156,13 @@ std::vector<std::string> load_ops_libraries(const Spec& spec, const std::string&
       throw Error(ErrorCode::OpsLibrary, "the package needs " + name + ", which was not found in " + where +
                                              " (pass it with --ops / Options::ops_libraries, or set PT2RT_OPS_PATH)");
     }
-    loaded.push_back(load_one(found));
+    load_checked(found);
   }
   return loaded;
 }
 
 void check_registered(const Spec& spec, const std::vector<std::string>& loaded) {
-  std::vector<std::string> missing;
-  for (const auto& op : spec.custom_ops) {
-    if (!c10::Dispatcher::singleton().findSchema(c10::OperatorName(op.name, ""))) {
-      missing.push_back("op " + op.name + " (from " + op.library + ")");
-    }
-  }
-  for (const auto& cls : spec.custom_classes) {
-    const auto sep = cls.name.find("::");
-    const std::string qualified =
-        "__torch__.torch.classes." + cls.name.substr(0, sep) + "." + cls.name.substr(sep == std::string::npos ? 0 : sep + 2);
-    if (!torch::getCustomClass(qualified)) missing.push_back("class " + cls.name + " (from " + cls.library + ")");
-  }
+  const std::vector<std::string> missing = missing_items(spec);
   if (missing.empty()) return;
   std::string what, libs;
   for (const auto& m : missing) what += (what.empty() ? "" : ", ") + m;

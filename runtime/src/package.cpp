@@ -7,6 +7,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -19,23 +20,21 @@ constexpr const char* kSpecFormat = "pt2rt-spec/2";
 constexpr const char* kSpecKey = "pt2rt_spec";
 constexpr const char* kModelDir = "data/aotinductor/";
 
-std::unique_ptr<caffe2::serialize::PyTorchStreamReader> open_package(const std::string& path) {
-  struct stat st {};
-  if (stat(path.c_str(), &st) != 0) {
-    throw Error(ErrorCode::Package, "cannot open package " + path + ": " + std::strerror(errno));
-  }
-  if (S_ISDIR(st.st_mode)) throw Error(ErrorCode::Package, path + " is a directory; expected a .pt2 package file");
-  if (st.st_size == 0) throw Error(ErrorCode::Package, path + " is empty; expected a .pt2 package");
-  try {
-    return std::make_unique<caffe2::serialize::PyTorchStreamReader>(path);
-  } catch (const std::exception& e) {
-    (void)e;  // torch's reader explains zip internals; the user needs the verdict
-    throw Error(ErrorCode::Package, path + " is not a .pt2 package (not a readable zip archive)");
-  }
-}
-
 [[noreturn]] void malformed(const std::string& path, const std::string& what) {
   throw Error(ErrorCode::Package, path + ": malformed pt2rt spec: " + what);
+}
+
+// JSON nested deeper than any spec is refused while parsing (nlohmann's values are destroyed recursively).
+constexpr int kMaxJsonDepth = 32;
+
+nlohmann::json parse_json(const std::string& text, const std::string& path, const char* what) {
+  return nlohmann::json::parse(text, [&](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+    if (depth > kMaxJsonDepth) {
+      throw Error(ErrorCode::Package, path + ": " + what + " is nested deeper than " + std::to_string(kMaxJsonDepth) +
+                                          " levels");
+    }
+    return true;
+  });
 }
 
 // nlohmann converts a float to an integer with a plain cast (undefined beyond the range; found by tests/fuzz):
@@ -117,40 +116,114 @@ CustomOpSpec parse_custom(const nlohmann::json& j) {
 
 }  // namespace
 
-std::vector<char> read_record(const std::string& package_path, const std::string& name) {
-  auto reader = open_package(package_path);
-  if (!reader->hasRecord(name)) {
-    throw Error(ErrorCode::Package, package_path + " has no record " + name);
+std::string unsafe_record_name(const std::string& name) {
+  if (name.empty()) return "an empty name";
+  if (name[0] == '/') return "an absolute path";
+  for (unsigned char c : name) {
+    if (c == '\\') return "a backslash";
+    if (c < 0x20 || c == 0x7f) return "a control character";
   }
+  size_t start = 0;
+  while (start <= name.size()) {
+    const size_t end = std::min(name.find('/', start), name.size());
+    const std::string part = name.substr(start, end - start);
+    if (part == "..") return "a '..' component";
+    if (part == "." || (part.empty() && end != name.size())) return "an empty or '.' component";
+    start = end + 1;
+  }
+  return "";
+}
+
+Limits limits_of(const Options& options) {
+  return Limits{options.max_record_bytes, options.max_metadata_bytes};
+}
+
+Package::Package(const std::string& path, const Limits& limits) : path_(path), limits_(limits) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) {
+    throw Error(ErrorCode::Package, "cannot open package " + path + ": " + std::strerror(errno));
+  }
+  if (S_ISDIR(st.st_mode)) throw Error(ErrorCode::Package, path + " is a directory; expected a .pt2 package file");
+  if (st.st_size == 0) throw Error(ErrorCode::Package, path + " is empty; expected a .pt2 package");
   try {
-    auto [data, size] = reader->getRecord(name);
-    const char* p = static_cast<const char*>(data.get());
-    return std::vector<char>(p, p + size);
+    reader_ = std::make_unique<caffe2::serialize::PyTorchStreamReader>(path);
+    records_ = reader_->getAllRecords();  // torch refuses records outside the archive's root folder
   } catch (const std::exception& e) {
-    throw Error(ErrorCode::Package, package_path + ": cannot read record " + name + " (damaged archive?): " +
-                                        short_what(e));
+    (void)e;  // torch's reader explains zip internals; the user needs the verdict
+    throw Error(ErrorCode::Package, path + " is not a .pt2 package (not a readable zip archive)");
+  }
+  if (records_.size() > limits_.max_records) {
+    throw Error(ErrorCode::Package, path + " has " + std::to_string(records_.size()) + " records; at most " +
+                                        std::to_string(limits_.max_records) + " are accepted");
+  }
+  std::sort(records_.begin(), records_.end());
+  const std::vector<std::string>& sorted = records_;
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    const std::string why = unsafe_record_name(sorted[i]);
+    if (!why.empty()) {
+      throw Error(ErrorCode::Package, path + " has a record whose name has " + why + " ('" + sorted[i] +
+                                          "'); a package's records must stay inside it");
+    }
+    if (i > 0 && sorted[i] == sorted[i - 1]) {
+      throw Error(ErrorCode::Package, path + " has two records named " + sorted[i]);
+    }
   }
 }
 
-std::string find_metadata_record(const std::string& package_path) {
-  auto reader = open_package(package_path);
+Package::~Package() = default;
+
+uint64_t Package::size_of(const std::string& name) const {
+  try {
+    return reader_->getRecordSize(name);
+  } catch (const std::exception& e) {
+    throw Error(ErrorCode::Package, path_ + ": cannot read record " + name + " (damaged archive?): " + short_what(e));
+  }
+}
+
+std::vector<char> Package::read(const std::string& name, uint64_t limit) const {
+  if (!std::binary_search(records_.begin(), records_.end(), name)) {
+    throw Error(ErrorCode::Package, path_ + " has no record " + name);
+  }
+  const uint64_t max = limit ? limit : limits_.max_record_bytes;
+  const uint64_t size = size_of(name);
+  if (size > max) {
+    throw Error(ErrorCode::Package, path_ + ": record " + name + " is " + std::to_string(size) + " bytes; at most " +
+                                        std::to_string(max) + " are accepted (Options limits)");
+  }
+  try {
+    std::vector<char> out(static_cast<size_t>(size));
+    if (size != 0) reader_->getRecord(name, out.data(), out.size());
+    return out;
+  } catch (const std::exception& e) {
+    throw Error(ErrorCode::Package, path_ + ": cannot read record " + name + " (damaged archive?): " + short_what(e));
+  }
+}
+
+std::string Package::metadata_record() const {
   std::vector<std::string> found;
-  for (const auto& name : reader->getAllRecords()) {
+  for (const auto& name : records_) {
     if (name.rfind(kModelDir, 0) == 0 && name.size() > 14 && name.compare(name.size() - 14, 14, "_metadata.json") == 0)
       found.push_back(name);
   }
   if (found.empty()) {
-    throw Error(ErrorCode::Package, package_path + " is not an AOTInductor package (no " + kModelDir +
+    throw Error(ErrorCode::Package, path_ + " is not an AOTInductor package (no " + kModelDir +
                                         "<model>/*_metadata.json inside)");
   }
   std::sort(found.begin(), found.end());
   return found.front();
 }
 
+Spec Package::spec() const {
+  const std::vector<char> bytes = read(metadata_record(), limits_.max_metadata_bytes);
+  return parse_spec(std::string(bytes.begin(), bytes.end()), path_);
+}
+
 Spec parse_spec(const std::string& json_text, const std::string& path) {
   nlohmann::json metadata;
   try {
-    metadata = nlohmann::json::parse(json_text);
+    metadata = parse_json(json_text, path, "the AOTI metadata");
+  } catch (const Error&) {
+    throw;
   } catch (const std::exception& e) {
     throw Error(ErrorCode::Package, path + ": the AOTI metadata is not JSON: " + short_what(e));
   }
@@ -161,7 +234,9 @@ Spec parse_spec(const std::string& json_text, const std::string& path) {
   s.json = metadata[kSpecKey].get<std::string>();
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(s.json);
+    j = parse_json(s.json, path, "the pt2rt spec");
+  } catch (const Error&) {
+    throw;
   } catch (const std::exception& e) {
     malformed(path, short_what(e));
   }
@@ -179,6 +254,18 @@ Spec parse_spec(const std::string& json_text, const std::string& path) {
     for (const auto& c : j.at("custom_ops")) s.custom_ops.push_back(parse_custom(c));
     for (const auto& c : j.at("custom_classes")) s.custom_classes.push_back(parse_custom(c));
     s.libraries = j.at("libraries").get<std::vector<std::string>>();
+    // Library entries are file names, searched in the documented places; a path would load code from anywhere.
+    for (const auto* list : {&s.custom_ops, &s.custom_classes}) {
+      for (const auto& c : *list) s.libraries.push_back(c.library);
+    }
+    for (const auto& lib : s.libraries) {
+      if (lib.empty() || lib == "." || lib == ".." || lib.find('/') != std::string::npos ||
+          std::any_of(lib.begin(), lib.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; })) {
+        malformed(path, "library '" + lib + "' is not a plain file name");
+      }
+    }
+    std::sort(s.libraries.begin(), s.libraries.end());
+    s.libraries.erase(std::unique(s.libraries.begin(), s.libraries.end()), s.libraries.end());
     s.torch_version = j.at("torch_version").get<std::string>();
     if (j.contains("cuda") && j.at("cuda").is_object()) {
       s.cuda_version = j.at("cuda").value("version", "");

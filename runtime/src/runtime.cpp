@@ -14,57 +14,22 @@ namespace pt2rt {
 
 struct Runtime::Impl {
   std::string package_path;
+  std::unique_ptr<detail::Package> package;  // open for the Runtime's life: golden cases come from the same file
   Spec spec;
   std::vector<std::string> libraries;
   size_t variant = 0;  // index into spec.variants
-  std::string temp_dir;  // ours; AOTInductor extracts the package below it
+  std::shared_ptr<detail::Extraction> extracted;  // the variant's files; AOTInductor loads from there
   std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
 
   ~Impl() {
-    loader.reset();  // removes its own extraction directory
-    if (!temp_dir.empty()) {
-      std::error_code ec;
-      std::filesystem::remove_all(temp_dir, ec);
-    }
+    loader.reset();  // before the files it was loaded from go
+    extracted.reset();
   }
 };
 
 namespace {
 
 const char* kVersion = "0.1.0";
-
-std::string make_temp_dir() {
-  const char* base = std::getenv("TMPDIR");
-  std::string pattern = std::string(base && *base ? base : "/tmp") + "/pt2rt-XXXXXX";
-  std::vector<char> buf(pattern.begin(), pattern.end());
-  buf.push_back('\0');
-  if (!mkdtemp(buf.data())) {
-    throw Error(ErrorCode::IO, "cannot create a temporary directory " + pattern + ": " + std::strerror(errno));
-  }
-  return buf.data();
-}
-
-// AOTInductor extracts packages under $TMPDIR and leaves the directory behind when loading fails; pointing
-// TMPDIR at a directory of ours for the duration of the constructor lets us remove everything.
-std::mutex g_env_mutex;
-
-class ScopedTmpdir {
- public:
-  explicit ScopedTmpdir(const std::string& dir) {
-    if (const char* old = std::getenv("TMPDIR")) old_ = old;
-    setenv("TMPDIR", dir.c_str(), 1);
-  }
-  ~ScopedTmpdir() {
-    if (old_) {
-      setenv("TMPDIR", old_->c_str(), 1);
-    } else {
-      unsetenv("TMPDIR");
-    }
-  }
-
- private:
-  std::optional<std::string> old_;
-};
 
 std::string dims_str(const TensorSpec& t) {
   std::vector<std::string> dims;
@@ -152,9 +117,7 @@ Runtime& Runtime::operator=(Runtime&&) noexcept = default;
 Runtime::~Runtime() = default;
 
 Spec Runtime::read_spec(const std::string& package_path) {
-  const std::string record = detail::find_metadata_record(package_path);
-  const std::vector<char> bytes = detail::read_record(package_path, record);
-  return detail::parse_spec(std::string(bytes.begin(), bytes.end()), package_path);
+  return detail::Package(package_path, detail::limits_of(Options{})).spec();
 }
 
 Runtime Runtime::load(const std::string& package_path, const Options& options) {
@@ -163,7 +126,8 @@ Runtime Runtime::load(const std::string& package_path, const Options& options) {
   }
   auto impl = std::make_unique<Impl>();
   impl->package_path = package_path;
-  impl->spec = read_spec(package_path);
+  impl->package = std::make_unique<detail::Package>(package_path, detail::limits_of(options));
+  impl->spec = impl->package->spec();
   const Spec& spec = impl->spec;
 
   try {
@@ -172,26 +136,15 @@ Runtime Runtime::load(const std::string& package_path, const Options& options) {
     throw Error(e.code(), package_path + ": " + e.what());
   }
   const Variant& variant = spec.variants[impl->variant];
-  if (options.check_sha256) {
-    const std::vector<char> lib = detail::read_record(package_path, variant.record);
-    const std::string digest = detail::sha256_hex(lib.data(), lib.size());
-    if (digest != variant.sha256 || static_cast<int64_t>(lib.size()) != variant.size) {
-      throw Error(ErrorCode::Package, package_path + ": the compiled model library is damaged (variant " + variant.isa +
-                                          ": SHA-256 " + digest + ", " + std::to_string(lib.size()) +
-                                          " bytes; the spec says " + variant.sha256 + ", " +
-                                          std::to_string(variant.size) + " bytes)");
-    }
-  }
   detail::check_host(spec, options);
-  impl->libraries = detail::load_ops_libraries(spec, package_path, options.ops_libraries);
+  // Extracted (and its library's hash checked) before any ops library or model code is loaded.
+  impl->extracted = detail::extract_variant(*impl->package, variant, options);
+  impl->libraries = detail::load_ops_libraries(spec, package_path, options);
   detail::check_registered(spec, impl->libraries);
 
-  impl->temp_dir = make_temp_dir();
   try {
-    std::lock_guard<std::mutex> lock(g_env_mutex);
-    ScopedTmpdir tmpdir(impl->temp_dir);
     impl->loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
-        package_path, variant.model, /*run_single_threaded=*/false, static_cast<size_t>(options.num_runners),
+        impl->extracted->dir, variant.model, /*run_single_threaded=*/false, static_cast<size_t>(options.num_runners),
         static_cast<c10::DeviceIndex>(options.device_index));
   } catch (const Error&) {
     throw;  // ~Impl removes the temporary directory
@@ -254,14 +207,14 @@ Golden parse_golden(const std::vector<char>& bytes, const std::string& package_p
 
 namespace {
 
-detail::Golden read_golden(const std::string& package_path, const Spec& spec) {
-  return detail::parse_golden(detail::read_record(package_path, spec.golden_record), package_path);
+detail::Golden read_golden(const detail::Package& package, const Spec& spec) {
+  return detail::parse_golden(package.read(spec.golden_record), package.path());
 }
 
 }  // namespace
 
 std::vector<Tensor> Runtime::example_inputs() const {
-  const detail::Golden golden = read_golden(impl_->package_path, impl_->spec);
+  const detail::Golden golden = read_golden(*impl_->package, impl_->spec);
   std::vector<Tensor> out;
   for (const auto& t : golden.inputs.front()) out.push_back(detail::wrap(t));
   return out;
@@ -269,7 +222,7 @@ std::vector<Tensor> Runtime::example_inputs() const {
 
 VerifyReport Runtime::verify() const {
   const Spec& spec = impl_->spec;
-  const detail::Golden golden = read_golden(impl_->package_path, spec);
+  const detail::Golden golden = read_golden(*impl_->package, spec);
   const auto& names = golden.names;
   const auto& inputs = golden.inputs;
   const auto& outputs = golden.outputs;

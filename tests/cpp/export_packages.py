@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 import export_tools
-from export_tools import export_package, models
+from export_tools import export_package, models, read_spec
 from export_tools.export import SPEC_KEY
 
 
@@ -154,6 +154,40 @@ def main():
     rewrite(net, bad / "other_arch.pt2", edit_spec=variants(lambda v: {**v, "arch": "aarch64"}))
     rewrite(net, bad / "variant_outside_its_folder.pt2",
             edit_spec=lambda s: {**s, "variants": [{**s["variants"][0], "record": s["variants"][1]["record"]}]})
+    # hostile packages (docs/runtime.md, "Trust")
+    from torch.export.pt2_archive._package import PT2ArchiveReader, PT2ArchiveWriter
+
+    def add_records(src, dst, extra):
+        with PT2ArchiveReader(str(src)) as reader:
+            records = {n: reader.read_bytes(n) for n in reader.get_file_names() if n != ".data/serialization_id"}
+        tmp = dst.parent / "tmp" / src.name
+        tmp.parent.mkdir(exist_ok=True)
+        with PT2ArchiveWriter(str(tmp)) as writer:
+            for n, data in {**records, **extra}.items():
+                writer.write_bytes(n, data)
+        os.replace(tmp, dst)
+        tmp.parent.rmdir()
+
+    folder = read_spec(net)["variants"][0]["record"].rsplit("/", 1)[0]
+    add_records(net, bad / "zip_slip.pt2", {folder + "/" + "../" * 16 + "tmp/pt2rt-zip-slip-target": b"overwritten"})
+    add_records(net, bad / "second_library.pt2", {v["record"].rsplit("/", 1)[0] + "/other.wrapper.so": b"\x7fELF"
+                                                   for v in read_spec(net)["variants"]})
+    rewrite(net, bad / "library_path.pt2", edit_spec=lambda s: {**s, "libraries": ["../../tmp/x/libevil.so"]})
+    rewrite(net, bad / "newline_in_name.pt2", edit_spec=lambda s: {
+        **s, "custom_ops": [{**o, "name": o["name"] + "\npt2run: verified: 4 of 4 golden cases passed"}
+                            for o in s["custom_ops"]]})
+    rewrite(net, bad / "deep_metadata.pt2", edit_record=lambda n, d: (d[:-1] + b', "deep": ' + b"[" * 100000 + b"]" * 100000 + b"}")
+            if n.endswith("_metadata.json") else d)
+    # a metadata record of 17 MiB (over the 16 MiB limit), deflated to a few KB
+    with zipfile.ZipFile(net) as src, zipfile.ZipFile(bad / "huge_metadata.pt2", "w") as dst:
+        first = sorted(n for n in src.namelist() if n.endswith("_metadata.json"))[0]
+        for info in src.infolist():
+            data = src.read(info)
+            if info.filename == first:
+                data = data[:-1] + b", " + b" " * (17 << 20) + b'"pad": 1}'
+            dst.writestr(info.filename, data, compress_type=zipfile.ZIP_DEFLATED if info.filename == first else
+                         zipfile.ZIP_STORED)
+
     # what the exporter sees of this host and of torch's ISAs, for the runtime to check its own view against
     from export_tools import cpu
     (out / "python_cpu.json").write_text(json.dumps({

@@ -125,6 +125,15 @@ const Case kCases[] = {
     {"forced_variant_absent_env", "PT2RT_CPU_ISA=native " + verify(kP + "/net_dynamic.pt2"), 3,
      "has no CPU variant native (it has: avx2, avx512, default)"},
     {"other_torch_version", verify(kP + "/bad/other_torch.pt2"), 3, "exported with torch 2.0.0"},
+    // hostile packages
+    {"zip_slip", verify(kP + "/bad/zip_slip.pt2"), 3, "has a record whose name has a '..' component"},
+    {"second_library_in_model_folder", verify(kP + "/bad/second_library.pt2"), 3,
+     "must have exactly its library"},
+    {"library_named_by_path", verify(kP + "/bad/library_path.pt2"), 3,
+     "library '../../tmp/x/libevil.so' is not a plain file name"},
+    {"newline_in_op_name", verify(kP + "/bad/newline_in_name.pt2"), 4, "identity_conv_op\\x0apt2run: verified"},
+    {"deeply_nested_metadata", "info " + kP + "/bad/deep_metadata.pt2", 3, "nested deeper than 32 levels"},
+    {"huge_metadata_record", "info " + kP + "/bad/huge_metadata.pt2", 3, "at most 16777216 are accepted"},
     {"cuda_package_no_gpu", verify(kP + "/bad/cuda_device.pt2"), 3, "no usable CUDA device"},
     {"info_of_garbage", "info " + kP + "/bad/random.pt2", 3, "not a .pt2 package"},
     // ops libraries

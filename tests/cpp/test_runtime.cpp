@@ -340,7 +340,7 @@ TEST(Pt2run, BenchWarmsUpOnTheThreadsItMeasures) {
     return at == std::string::npos ? -1 : std::atoi(text.c_str() + at + 18);
   };
   for (const char* callers : {"1", "2"}) {
-    const std::string args = std::string("--iters 5 --intra-op-threads 2 --threads ") + callers;
+    const std::string args = std::string("--iters 200 --intra-op-threads 2 --threads ") + callers;  // every caller runs
     const int warmed = threads_of(bench_json(args + " --warmup 20")), cold = threads_of(bench_json(args + " --warmup 0"));
     EXPECT_GT(cold, 1) << callers;
     EXPECT_EQ(warmed, cold) << callers << " caller(s)";

@@ -158,6 +158,15 @@ struct Options {
   bool check_torch_version = true;
   // Check the compiled model library's SHA-256 against the spec.
   bool check_sha256 = true;
+  // Also look for the ops libraries the spec names in the package's own directory. Off: opening a package must
+  // not run code from wherever the package was downloaded to.
+  bool ops_from_package_dir = false;
+  // Bounds on what a package can make load() read and write (a damaged or hostile package fails with
+  // Error(Package) instead): one record, uncompressed; the spec's metadata record; everything extracted for the
+  // chosen variant.
+  std::uint64_t max_record_bytes = std::uint64_t{4} << 30;
+  std::uint64_t max_metadata_bytes = std::uint64_t{16} << 20;
+  std::uint64_t max_extracted_bytes = std::uint64_t{16} << 30;
   // The CPU variant to load ("avx2", ...). Empty: $PT2RT_CPU_ISA if set, else the most specialised variant this
   // CPU runs. A variant the package lacks or this CPU cannot run is an Error(Package).
   std::string cpu_isa;
@@ -228,6 +237,10 @@ PT2RT_API std::string why_variant_cannot_run(const Variant& variant);
 // The index of the variant Runtime::load would take with Options::cpu_isa = cpu_isa (see there); Error(Package)
 // naming the package's variants when none fits.
 PT2RT_API std::size_t select_variant(const Spec& spec, const std::string& cpu_isa = "");
+
+// Removes the temporary directories (pt2rt-<pid>-*, under $TMPDIR) that processes of this user which are no
+// longer running left behind (a process killed while a Runtime was loaded); returns how many. pt2run calls it.
+PT2RT_API int remove_stale_temp_dirs();
 
 PT2RT_API const char* version();
 PT2RT_API const char* torch_version();

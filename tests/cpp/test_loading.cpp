@@ -1,0 +1,277 @@
+// Loading packages safely: many threads loading valid and broken packages at once, the host's own temporary
+// files, a second copy of an ops library, stale directories of dead processes, bounded reads.
+#include <pt2rt/aten.h>
+#include <pt2rt/pt2rt.h>
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kPackages = PT2RT_TEST_PACKAGES;
+const std::string kNet = kPackages + "/net_dynamic.pt2";
+const std::string kOp = kPackages + "/op_static.pt2";
+const std::string kOps = IDENTITY_CONV_OPS_LIBRARY;
+
+pt2rt::Options with_ops() {
+  pt2rt::Options o;
+  o.ops_libraries = {kOps};
+  return o;
+}
+
+// TMPDIR pointed at a fresh directory for one test (set before any thread starts, restored after).
+class PrivateTmpdir {
+ public:
+  PrivateTmpdir() {
+    dir_ = fs::temp_directory_path() / ("pt2rt-test-" + std::to_string(getpid()) + "-" +
+                                        testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    if (const char* old = std::getenv("TMPDIR")) old_ = old;
+    setenv("TMPDIR", dir_.c_str(), 1);
+  }
+  ~PrivateTmpdir() {
+    if (old_.empty()) {
+      unsetenv("TMPDIR");
+    } else {
+      setenv("TMPDIR", old_.c_str(), 1);
+    }
+    fs::remove_all(dir_);
+  }
+  const fs::path& dir() const { return dir_; }
+
+ private:
+  fs::path dir_;
+  std::string old_;
+};
+
+std::vector<std::string> entries(const fs::path& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  return out;
+}
+
+TEST(Loading, ConcurrentLoadsOfValidAndBrokenPackagesWhileTheHostUsesTmpdir) {
+  PrivateTmpdir tmp;
+  const at::Tensor x = at::randn({3, 3, 32, 32});
+  const at::Tensor expected = pt2rt::run(pt2rt::Runtime::load(kNet, with_ops()), {x}).at(0);
+  const std::vector<std::string> broken = {kPackages + "/bad/damaged_lib.pt2", kPackages + "/bad/zip_slip.pt2",
+                                           kPackages + "/bad/missing_feature.pt2",
+                                           kPackages + "/bad/second_library.pt2"};
+  constexpr int kThreads = 8, kLoadsPerThread = 30;
+  std::atomic<int> valid_ok{0}, valid_failed{0}, broken_refused{0}, broken_loaded{0}, wrong_answers{0};
+  std::atomic<bool> stop{false};
+  std::atomic<int> active{0};
+  std::vector<std::string> failures;
+  std::mutex failures_mutex;
+
+  // The host program's own temporary files, created while packages load: every one must survive.
+  std::vector<fs::path> host_files;
+  std::thread host([&] {
+    for (int i = 0; !stop || i < 50; ++i) {
+      const fs::path f = tmp.dir() / ("host-" + std::to_string(i) + ".txt");
+      std::ofstream(f) << i;
+      host_files.push_back(f);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  });
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      ++active;
+      for (int i = 0; i < kLoadsPerThread; ++i) {
+        const int pick = (t + i) % 6;
+        try {
+          if (pick < 2) {
+            const pt2rt::Runtime rt = pt2rt::Runtime::load(pick == 0 ? kNet : kOp, with_ops());
+            if (pick == 0 && !at::allclose(pt2rt::run(rt, {x}).at(0), expected, 1e-5, 1e-5)) ++wrong_answers;
+            if (pick == 1 && rt.spec().model != "op_static") ++wrong_answers;
+            ++valid_ok;
+          } else {
+            pt2rt::Runtime::load(broken[static_cast<size_t>(pick - 2)], with_ops());
+            ++broken_loaded;
+          }
+        } catch (const pt2rt::Error& e) {
+          if (pick < 2) {
+            ++valid_failed;
+            std::lock_guard<std::mutex> lock(failures_mutex);
+            failures.push_back(e.what());
+          } else {
+            ++broken_refused;
+          }
+        }
+      }
+      --active;
+    });
+  }
+  for (auto& th : threads) th.join();
+  stop = true;
+  host.join();
+
+  EXPECT_EQ(valid_failed.load(), 0) << (failures.empty() ? "" : failures.front());
+  EXPECT_EQ(valid_ok.load(), kThreads * kLoadsPerThread / 3);
+  EXPECT_EQ(wrong_answers.load(), 0);
+  EXPECT_EQ(broken_loaded.load(), 0);
+  EXPECT_EQ(broken_refused.load(), kThreads * kLoadsPerThread * 2 / 3);
+  for (const auto& f : host_files) EXPECT_TRUE(fs::exists(f)) << "the host lost " << f;
+  for (const auto& name : entries(tmp.dir())) {
+    EXPECT_EQ(name.rfind("host-", 0), 0u) << "left behind in TMPDIR: " << name;
+  }
+}
+
+// The directories below this process's private one (one per distinct extracted content).
+std::vector<std::string> extractions(const fs::path& tmpdir) {
+  std::vector<std::string> out;
+  for (const auto& parent : entries(tmpdir)) {
+    if (parent.rfind("pt2rt-", 0) != 0) continue;
+    EXPECT_EQ(fs::status(tmpdir / parent).permissions() & fs::perms::all, fs::perms::owner_all) << parent;
+    for (const auto& e : entries(tmpdir / parent)) out.push_back(e);
+  }
+  return out;
+}
+
+TEST(Loading, ARuntimeKeepsItsFilesUntilDestroyedAndNoLonger) {
+  PrivateTmpdir tmp;
+  {
+    const pt2rt::Runtime a = pt2rt::Runtime::load(kNet, with_ops());
+    {
+      const pt2rt::Runtime b = pt2rt::Runtime::load(kNet, with_ops());  // same content: shares a's files
+      const pt2rt::Runtime c = pt2rt::Runtime::load(kOp, with_ops());
+      EXPECT_EQ(extractions(tmp.dir()).size(), 2u);
+    }
+    EXPECT_EQ(extractions(tmp.dir()).size(), 1u);  // c's are gone, a's stay
+    EXPECT_TRUE(a.verify().passed());
+  }
+  EXPECT_TRUE(entries(tmp.dir()).empty());
+}
+
+long rss_kb() {
+  std::ifstream f("/proc/self/status");
+  for (std::string line; std::getline(f, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return -1;
+}
+
+int mappings() {
+  std::ifstream f("/proc/self/maps");
+  int n = 0;
+  for (std::string line; std::getline(f, line);) ++n;
+  return n;
+}
+
+TEST(Loading, LoadAndDestroyAThousandTimesWithBoundedMemoryAndMappings) {
+  // Each load used to map the model library once more (never unloaded): +0.3 MB and 6 mappings per load.
+  PrivateTmpdir tmp;
+  const auto cycle = [&](int i) {
+    const pt2rt::Runtime rt = pt2rt::Runtime::load(i % 2 ? kOp : kNet, with_ops());
+    const auto x = rt.example_inputs();
+    rt.run({x[0].view()});
+  };
+  for (int i = 0; i < 50; ++i) cycle(i);
+  const long rss = rss_kb();
+  const int maps = mappings();
+  for (int i = 0; i < 1000; ++i) cycle(i);
+  EXPECT_LT(rss_kb() - rss, 16 * 1024) << "RSS grew from " << rss << " kB";
+  EXPECT_LE(mappings(), maps + 4);
+  EXPECT_TRUE(entries(tmp.dir()).empty());
+}
+
+TEST(Loading, ZipSlipWritesNothingOutsideTheRuntimesDirectory) {
+  PrivateTmpdir tmp;
+  const fs::path target = "/tmp/pt2rt-zip-slip-target";
+  fs::remove(target);
+  EXPECT_THROW(pt2rt::Runtime::load(kPackages + "/bad/zip_slip.pt2", with_ops()), pt2rt::Error);
+  EXPECT_FALSE(fs::exists(target));
+  EXPECT_TRUE(entries(tmp.dir()).empty());
+}
+
+TEST(Loading, LimitsBoundWhatAPackageCanMakeUsReadAndWrite) {
+  PrivateTmpdir tmp;
+  pt2rt::Options o = with_ops();
+  o.max_record_bytes = 1 << 20;  // the model library is larger
+  try {
+    pt2rt::Runtime::load(kNet, o);
+    ADD_FAILURE() << "a record over max_record_bytes was read";
+  } catch (const pt2rt::Error& e) {
+    EXPECT_EQ(e.code(), pt2rt::ErrorCode::Package);
+    EXPECT_NE(std::string(e.what()).find("at most 1048576 are accepted"), std::string::npos) << e.what();
+  }
+  o = with_ops();
+  o.max_extracted_bytes = 1 << 20;
+  try {
+    pt2rt::Runtime::load(kNet, o);
+    ADD_FAILURE() << "extracted more than max_extracted_bytes";
+  } catch (const pt2rt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("(Options::max_extracted_bytes)"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(entries(tmp.dir()).empty());
+}
+
+TEST(Loading, ASecondCopyOfAnOpsLibraryIsNotLoaded) {
+  // Loading a second file that registers my_ops again would abort the process (TORCH_LIBRARY twice).
+  PrivateTmpdir tmp;
+  const pt2rt::Runtime first = pt2rt::Runtime::load(kNet, with_ops());
+  const fs::path copy = tmp.dir() / "copy" / "libidentity_conv_ops.so";
+  fs::create_directories(copy.parent_path());
+  fs::copy_file(kOps, copy);
+  pt2rt::Options o;
+  o.ops_libraries = {copy.string()};
+  const pt2rt::Runtime second = pt2rt::Runtime::load(kNet, o);
+  EXPECT_TRUE(second.ops_libraries().empty()) << "loaded " << second.ops_libraries().front();
+  EXPECT_TRUE(second.verify().passed());
+}
+
+int shell(const std::string& command) {
+  const int status = std::system(command.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(Loading, TheLibraryNextToAPackageIsNotLoadedUnlessAskedFor) {
+  // Opening a package must not run code from wherever it was downloaded: a package whose spec names
+  // libnot_there.so, with a file of that name next to it (not a library: loading it would say so).
+  PrivateTmpdir tmp;
+  const fs::path dir = tmp.dir() / "download";
+  fs::create_directories(dir);
+  fs::copy_file(kPackages + "/bad/unknown_library.pt2", dir / "net.pt2");
+  std::ofstream(dir / "libnot_there.so") << "not a library";
+  const std::string err = (tmp.dir() / "err.txt").string();
+  const std::string pt2run = std::string("env -i ") + PT2RUN_BINARY + " verify " + (dir / "net.pt2").string();
+  EXPECT_EQ(shell(pt2run + " 2>" + err), 4);
+  std::ifstream in(err);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("needs libnot_there.so, which was not found"), std::string::npos) << text;
+  EXPECT_EQ(shell(pt2run + " --ops-from-package-dir 2>" + err), 4);
+  std::ifstream again(err);
+  const std::string tried((std::istreambuf_iterator<char>(again)), std::istreambuf_iterator<char>());
+  EXPECT_NE(tried.find("cannot load ops library " + (dir / "libnot_there.so").string()), std::string::npos) << tried;
+}
+
+TEST(Loading, StaleDirectoriesOfDeadProcessesAreRemoved) {
+  PrivateTmpdir tmp;
+  const fs::path dead = tmp.dir() / "pt2rt-999999999-abcdef";  // above Linux's largest pid
+  const fs::path alive = tmp.dir() / ("pt2rt-" + std::to_string(getppid()) + "-abcdef");
+  const fs::path mine = tmp.dir() / ("pt2rt-" + std::to_string(getpid()) + "-abcdef");
+  const fs::path other = tmp.dir() / "pt2rt-not-a-pid";
+  for (const auto& d : {dead, alive, mine, other}) fs::create_directories(d / "data");
+  EXPECT_EQ(pt2rt::remove_stale_temp_dirs(), 1);
+  EXPECT_FALSE(fs::exists(dead));
+  EXPECT_TRUE(fs::exists(alive) && fs::exists(mine) && fs::exists(other));
+}
+
+}  // namespace
