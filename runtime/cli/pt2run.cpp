@@ -162,10 +162,34 @@ void check_writable(const std::string& path) {
   }
 }
 
-std::vector<pt2rt::Tensor> read_inputs(const std::vector<std::string>& files) {
+// The most bytes the package's inputs can take (every dynamic dim at its maximum); 4 GiB when one is unbounded.
+std::size_t max_input_bytes(const pt2rt::Spec& spec) {
+  std::size_t total = 0;
+  for (const auto& t : spec.inputs) {
+    std::size_t bytes = pt2rt::dtype_size(t.dtype);
+    for (size_t d = 0; d < t.shape.size(); ++d) {
+      int64_t size = t.shape[d];
+      for (const auto& dd : t.dynamic_dims) {
+        if (static_cast<size_t>(dd.dim) == d) size = dd.max.value_or(-1);
+      }
+      if (size < 0 || __builtin_mul_overflow(bytes, static_cast<std::size_t>(size), &bytes)) return std::size_t{4} << 30;
+    }
+    if (__builtin_add_overflow(total, bytes, &total)) return std::size_t{4} << 30;
+  }
+  return total;
+}
+
+std::size_t input_file_limit(const pt2rt::Spec& spec) {
+  const std::size_t max = max_input_bytes(spec);
+  return std::max(max > SIZE_MAX / 2 ? max : 2 * max, std::size_t{256} << 20);
+}
+
+// Tensor files, none much larger than the package's inputs can be (checked before anything is copied; a
+// slightly larger one still reaches the spec check and its precise message).
+std::vector<pt2rt::Tensor> read_inputs(const std::vector<std::string>& files, std::size_t max_bytes = std::size_t{4} << 30) {
   std::vector<pt2rt::Tensor> inputs;
   for (const auto& f : files) {
-    auto ts = pt2rt::load_tensors(f);
+    auto ts = pt2rt::load_tensors(f, max_bytes);
     inputs.insert(inputs.end(), ts.begin(), ts.end());
   }
   return inputs;
@@ -180,7 +204,7 @@ std::vector<pt2rt::TensorView> views_of(const std::vector<pt2rt::Tensor>& ts) {
 int cmd_run(const std::string& package, const std::vector<std::string>& input_files, const std::string& output,
             const std::vector<std::string>& ops) {
   check_writable(output);
-  const auto inputs = read_inputs(input_files);
+  const auto inputs = read_inputs(input_files, input_file_limit(pt2rt::Runtime::read_spec(package)));
   const pt2rt::Runtime rt = pt2rt::Runtime::load(package, options_for(ops, 1));
   std::vector<pt2rt::Tensor> outputs = rt.run(views_of(inputs));
   for (auto& t : outputs) t = t.to_cpu();
@@ -231,7 +255,7 @@ int cmd_bench(const std::string& package, const std::vector<std::string>& ops, c
   }
   if (intra_op_threads > 0) pt2rt::set_num_threads(intra_op_threads);
   const pt2rt::Runtime rt = pt2rt::Runtime::load(package, options_for(ops, runners));
-  const auto inputs = input_files.empty() ? rt.example_inputs() : read_inputs(input_files);
+  const auto inputs = input_files.empty() ? rt.example_inputs() : read_inputs(input_files, input_file_limit(rt.spec()));
   const auto views = views_of(inputs);
 
   // Every run happens on the bench threads, warm-up included: each thread that runs a model gets an OpenMP team

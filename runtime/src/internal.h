@@ -81,7 +81,9 @@ struct DamagedFile : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 c10::IValue unpickle(const std::vector<char>& bytes);
-std::vector<Tensor> parse_tensor_file(const std::vector<char>& bytes, const std::string& path);
+// max_bytes bounds the tensors' size once made contiguous (a stride-0 tensor in a small file can claim any size).
+std::vector<Tensor> parse_tensor_file(const std::vector<char>& bytes, const std::string& path,
+                                      std::size_t max_bytes = std::size_t{4} << 30);
 struct Golden {
   std::vector<std::string> names;
   std::vector<std::vector<at::Tensor>> inputs, outputs;

@@ -12,6 +12,16 @@
 
 namespace pt2rt {
 
+namespace {
+
+// AOTInductor's loader (torch 2.13) is not safe to construct from several threads at once: 4 of 10 runs of
+// tests/cpp/test_loading.cpp's concurrent test failed inside it ("[json.exception.type_error.302] type must be
+// string, but is null"), also with a directory of its own per load. Only the construction and destruction are
+// serialized; reading, checking and extracting the package, and loading ops libraries, run in parallel.
+std::mutex g_aoti_mutex;
+
+}  // namespace
+
 struct Runtime::Impl {
   std::string package_path;
   std::unique_ptr<detail::Package> package;  // open for the Runtime's life: golden cases come from the same file
@@ -22,7 +32,10 @@ struct Runtime::Impl {
   std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
 
   ~Impl() {
-    loader.reset();  // before the files it was loaded from go
+    {
+      std::lock_guard<std::mutex> lock(g_aoti_mutex);
+      loader.reset();  // before the files it was loaded from go
+    }
     extracted.reset();
   }
 };
@@ -30,6 +43,7 @@ struct Runtime::Impl {
 namespace {
 
 const char* kVersion = "0.1.0";
+
 
 std::string dims_str(const TensorSpec& t) {
   std::vector<std::string> dims;
@@ -143,6 +157,7 @@ Runtime Runtime::load(const std::string& package_path, const Options& options) {
   detail::check_registered(spec, impl->libraries);
 
   try {
+    std::lock_guard<std::mutex> lock(g_aoti_mutex);
     impl->loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
         impl->extracted->dir, variant.model, /*run_single_threaded=*/false, static_cast<size_t>(options.num_runners),
         static_cast<c10::DeviceIndex>(options.device_index));
@@ -231,6 +246,20 @@ VerifyReport Runtime::verify() const {
   for (size_t c = 0; c < names.size(); ++c) {
     CaseReport r;
     r.name = names[c];
+    // Shapes and dtypes checked before any copy: a stride-0 tensor in the golden record can claim any size.
+    try {
+      std::vector<TensorView> shapes;
+      for (const auto& t : inputs[c]) {
+        const auto dtype = detail::from_scalar_type(t.scalar_type());
+        if (!dtype) throw Error(ErrorCode::Input, "a golden input has the unsupported dtype " + std::string(c10::toString(t.scalar_type())));
+        shapes.push_back(TensorView{&r, t.sizes().vec(), *dtype, cuda ? Device::CUDA : Device::CPU});
+      }
+      validate(spec, shapes);
+    } catch (const Error& e) {
+      r.reason = e.what();
+      report.cases.push_back(r);
+      continue;
+    }
     std::vector<at::Tensor> in;
     for (const auto& t : inputs[c]) in.push_back(cuda ? t.cuda().contiguous() : t.contiguous());
     std::vector<TensorView> views;

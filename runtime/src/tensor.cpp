@@ -153,7 +153,7 @@ Tensor Tensor::to_cpu() const {
 
 namespace detail {
 
-std::vector<Tensor> parse_tensor_file(const std::vector<char>& bytes, const std::string& path) {
+std::vector<Tensor> parse_tensor_file(const std::vector<char>& bytes, const std::string& path, std::size_t max_bytes) {
   c10::IValue value;
   try {
     value = unpickle(bytes);
@@ -163,9 +163,20 @@ std::vector<Tensor> parse_tensor_file(const std::vector<char>& bytes, const std:
     throw Error(ErrorCode::IO, path + " is not a tensor file written by torch.save (zip format)");
   }
   std::vector<Tensor> out;
+  std::size_t total = 0;
   auto add = [&](const c10::IValue& v) {
     if (!v.isTensor()) throw Error(ErrorCode::IO, path + " holds a " + v.tagKind() + "; expected tensors");
-    out.push_back(wrap(v.toTensor()));
+    const at::Tensor& t = v.toTensor();
+    std::size_t bytes_needed = t.element_size();
+    bool overflow = false;
+    for (const int64_t d : t.sizes()) overflow |= __builtin_mul_overflow(bytes_needed, static_cast<std::size_t>(d), &bytes_needed);
+    overflow |= __builtin_add_overflow(total, bytes_needed, &total);
+    if (overflow || total > max_bytes) {
+      throw Error(ErrorCode::IO, path + " holds tensors of " + (overflow ? std::string("more than 2^64") : std::to_string(total)) +
+                                     " bytes once made contiguous; at most " + std::to_string(max_bytes) +
+                                     " are accepted here");
+    }
+    out.push_back(wrap(t));
   };
   if (value.isTensor()) {
     add(value);
@@ -181,11 +192,11 @@ std::vector<Tensor> parse_tensor_file(const std::vector<char>& bytes, const std:
 
 }  // namespace detail
 
-std::vector<Tensor> load_tensors(const std::string& path) {
+std::vector<Tensor> load_tensors(const std::string& path, std::size_t max_bytes) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(ErrorCode::IO, "cannot read tensor file " + path + ": " + std::strerror(errno));
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return detail::parse_tensor_file(bytes, path);
+  return detail::parse_tensor_file(bytes, path, max_bytes);
 }
 
 void save_tensors(const std::string& path, const std::vector<Tensor>& tensors) {

@@ -188,6 +188,18 @@ def main():
             dst.writestr(info.filename, data, compress_type=zipfile.ZIP_DEFLATED if info.filename == first else
                          zipfile.ZIP_STORED)
 
+    # 1.6 KB files whose tensors claim 430 GB once made contiguous (stride 0): refused before any copy
+    huge = torch.zeros(1).expand(35_000_000, 3, 32, 32)
+    torch.save(huge, out / "stride0_huge.pt")
+    from export_tools import golden as golden_format
+    from export_tools.export import GOLDEN_RECORD, read_golden
+    cases = read_golden(net)
+    buf = io.BytesIO()
+    torch.save({"format": golden_format.FORMAT, "names": [c.name for c in cases],
+                "inputs": [[huge] if i == 0 else c.inputs for i, c in enumerate(cases)],
+                "outputs": [c.outputs for c in cases]}, buf)
+    add_records(net, bad / "golden_stride0.pt2", {GOLDEN_RECORD: buf.getvalue()})
+
     # what the exporter sees of this host and of torch's ISAs, for the runtime to check its own view against
     from export_tools import cpu
     (out / "python_cpu.json").write_text(json.dumps({

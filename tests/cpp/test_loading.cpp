@@ -262,6 +262,31 @@ TEST(Loading, TheLibraryNextToAPackageIsNotLoadedUnlessAskedFor) {
   EXPECT_NE(tried.find("cannot load ops library " + (dir / "libnot_there.so").string()), std::string::npos) << tried;
 }
 
+TEST(Loading, GoldenInputsAreCheckedBeforeTheyAreCopied) {
+  // The golden record's first input claims 430 GB (stride 0 in a small file): the case fails on its shape,
+  // nothing is allocated for it, and the other cases still run.
+  const pt2rt::Runtime rt = pt2rt::Runtime::load(kPackages + "/bad/golden_stride0.pt2", with_ops());
+  const pt2rt::VerifyReport report = rt.verify();
+  ASSERT_EQ(report.cases.size(), 4u);
+  EXPECT_FALSE(report.passed());
+  EXPECT_FALSE(report.cases[0].passed);
+  EXPECT_EQ(report.cases[0].reason, "input 0 (x): dim 0 (batch) must be in 1..32, got 35000000");
+  for (size_t i = 1; i < report.cases.size(); ++i) EXPECT_TRUE(report.cases[i].passed) << report.cases[i].reason;
+}
+
+TEST(Loading, TensorFilesAreBoundedBeforeTheyAreCopied) {
+  try {
+    pt2rt::load_tensors(kPackages + "/stride0_huge.pt", std::size_t{1} << 30);
+    ADD_FAILURE() << "a 430 GB tensor was accepted";
+  } catch (const pt2rt::Error& e) {
+    EXPECT_EQ(e.code(), pt2rt::ErrorCode::IO);
+    EXPECT_NE(std::string(e.what()).find("holds tensors of 430080000000 bytes once made contiguous; at most "
+                                         "1073741824 are accepted here"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Loading, StaleDirectoriesOfDeadProcessesAreRemoved) {
   PrivateTmpdir tmp;
   const fs::path dead = tmp.dir() / "pt2rt-999999999-abcdef";  // above Linux's largest pid

@@ -152,6 +152,8 @@ const Case kCases[] = {
     {"dtype_float64", run_with(kP + "/net_input_float64.pt"), 5, "expected dtype float32, got float64"},
     {"dtype_int64", run_with(kP + "/int64.pt"), 5, "expected dtype float32, got int64"},
     {"input_not_tensors", run_with(kP + "/dict.pt"), 6, "expected a tensor or a list of tensors"},
+    {"input_stride0_claims_430GB", run_with(kP + "/stride0_huge.pt"), 6,
+     "holds tensors of 430080000000 bytes once made contiguous; at most 268435456 are accepted here"},
     {"input_garbage", run_with(kP + "/bad/text.pt"), 6, "is not a tensor file"},
     {"input_missing", run_with(kP + "/nope.pt"), 6, "cannot read tensor file"},
     {"output_unwritable", run_with(kP + "/net_input.pt", "/nonexistent-dir/out.pt"), 6, "cannot write"},

@@ -224,7 +224,9 @@ class PT2RT_API Runtime {
 
 // Tensor files in torch.save's (zip) format: read what torch.save wrote, write what torch.load reads.
 // A file holds one tensor, or a list or tuple of tensors.
-PT2RT_API std::vector<Tensor> load_tensors(const std::string& path);
+// max_bytes: the most the file's tensors may take together once made contiguous (checked before any copy; a
+// stride-0 tensor in a 1 KB file can claim gigabytes). Error(IO) beyond it.
+PT2RT_API std::vector<Tensor> load_tensors(const std::string& path, std::size_t max_bytes = std::size_t{4} << 30);
 PT2RT_API void save_tensors(const std::string& path, const std::vector<Tensor>& tensors);
 
 // This host as the package checks see it: "x86_64" / "aarch64", and its CPU features (cpuid / getauxval,
