@@ -3,7 +3,7 @@ FLAVOUR ?= cpu
 BUILD_TYPE ?= Release
 export FLAVOUR BUILD_TYPE
 
-.PHONY: demo test build bootstrap sanitize fuzz bench clean
+.PHONY: demo test build bootstrap sanitize tsan fuzz bench clean
 demo:
 	@scripts/demo.sh
 test:
@@ -14,6 +14,8 @@ bootstrap:
 	@scripts/bootstrap.sh
 sanitize:
 	@scripts/sanitize.sh
+tsan:
+	@scripts/tsan.sh
 fuzz:
 	@scripts/fuzz.sh
 bench:
