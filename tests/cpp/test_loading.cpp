@@ -277,6 +277,27 @@ int shell(const std::string& command) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+TEST(Loading, ANamespaceRegisteredWithoutWhatThePackageNeedsIsRefusedNotLoadedTwice) {
+  // my_ops is registered (the library is loaded) but lacks my_ops::not_there: loading a second file that registers
+  // my_ops would abort the process, so load() refuses, naming the namespace.
+  PrivateTmpdir tmp;
+  pt2rt::Runtime::load(kNet, with_ops());
+  const fs::path copy = tmp.dir() / "copy" / "libidentity_conv_ops.so";
+  fs::create_directories(copy.parent_path());
+  fs::copy_file(kOps, copy);
+  pt2rt::Options o;
+  o.ops_libraries = {copy.string()};
+  try {
+    pt2rt::Runtime::load(kPackages + "/bad/missing_op.pt2", o);
+    ADD_FAILURE() << "loaded a package whose op is registered nowhere";
+  } catch (const pt2rt::Error& e) {
+    EXPECT_EQ(e.code(), pt2rt::ErrorCode::OpsLibrary);
+    EXPECT_NE(std::string(e.what()).find("namespace my_ops is already registered in this process"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(entries(tmp.dir()) == std::vector<std::string>{"copy"});
+}
+
 TEST(Loading, TheLibraryNextToAPackageIsNotLoadedUnlessAskedFor) {
   // Opening a package must not run code from wherever it was downloaded: a package whose spec names
   // libnot_there.so, with a file of that name next to it (not a library: loading it would say so).
