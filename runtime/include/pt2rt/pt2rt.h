@@ -149,8 +149,9 @@ struct Spec {
 };
 
 struct Options {
-  // Ops libraries to load before the model. Empty: the files the spec names, searched next to the package,
-  // then in the directory of libpt2rt.so, then in each directory of PT2RT_OPS_PATH (':'-separated).
+  // Ops libraries to load before the model. Empty: the files the spec names, searched in the directory of
+  // libpt2rt.so, then in each directory of PT2RT_OPS_PATH (':'-separated), then (ops_from_package_dir) next to
+  // the package. Nothing is loaded when everything the package needs is registered already.
   std::vector<std::string> ops_libraries;
   // Model instances that serve concurrent run() calls.
   int num_runners = 1;
