@@ -88,3 +88,29 @@ def test_each_variant_library_holds_code_of_its_own_isa_only(exported, tmp_path)
         asm = _disassembly(path, v["record"], tmp_path)
         registers[v["isa"]] = ("%zmm" in asm, "%ymm" in asm)
     assert registers == {"avx512": (True, True), "avx2": (False, True), "default": (False, False)}
+
+
+def test_same_graph_other_weights_gets_its_own_code_in_every_variant(exported, tmp_path):
+    """Inductor's cache can hand a compile another compile's generated code (NOTES: same graph, other constants).
+    A second model shaped like net_dynamic, with other weights, compiled right after it for the same variants: each
+    variant must be its own library and reproduce its own eager model (export verifies every variant this CPU runs;
+    the runtime forces each one below)."""
+    import torch
+    from export_tools import export_package, load_package, models
+
+    first, _, _ = exported("net_dynamic")
+    model, (x,) = models.identity_conv_net()
+    with torch.no_grad():
+        model.conv.weight.neg_()
+        model.depthwise.set_weight(model.depthwise.get_weight().flip(-1))
+    second = export_package(model, (x,), tmp_path / "other.pt2", dynamic_batch=(1, 32),
+                            cpu_isa=("avx2", "avx512", "default"), golden=2)
+    a, b = read_spec(first)["variants"], read_spec(second)["variants"]
+    assert [v["isa"] for v in a] == [v["isa"] for v in b]
+    assert all(va["sha256"] != vb["sha256"] for va, vb in zip(a, b))
+    with torch.no_grad():
+        expected = model(x)
+    for v in b:
+        if cpu.runs_here(v["arch"], v["cpu_features"]):
+            continue
+        torch.testing.assert_close(load_package(second, v["isa"])(x), expected)
