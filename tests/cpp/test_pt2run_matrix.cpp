@@ -83,6 +83,9 @@ class BadInput : public testing::TestWithParam<Case> {};
 
 TEST_P(BadInput, ClearErrorNoCrashNothingLeft) {
   const Case& c = GetParam();
+  if (std::string(c.name) == "cuda_package_no_gpu" && at::hasCUDA()) {
+    GTEST_SKIP() << "checks the error on a machine without a CUDA device; this one has one";
+  }
   Scratch tmp;
   const Result r = run_pt2run(c.args, tmp.dir());
   EXPECT_FALSE(r.signaled) << "crashed: " << r.err;
