@@ -202,6 +202,18 @@ def main():
                 "outputs": [c.outputs for c in cases]}, buf)
     add_records(net, bad / "golden_stride0.pt2", {GOLDEN_RECORD: buf.getvalue()})
 
+    # golden cases that do not match what the package computes: verify must fail, and say how
+    def with_outputs(edit):
+        out_cases = [[edit(i, t) for t in c.outputs] for i, c in enumerate(cases)]
+        buf = io.BytesIO()
+        torch.save({"format": golden_format.FORMAT, "names": [c.name for c in cases],
+                    "inputs": [c.inputs for c in cases], "outputs": out_cases}, buf)
+        return {GOLDEN_RECORD: buf.getvalue()}
+
+    add_records(net, bad / "golden_wrong_values.pt2", with_outputs(lambda i, t: t + 0.5 if i == 1 else t))
+    add_records(net, bad / "golden_wrong_shape.pt2", with_outputs(lambda i, t: t[:, :4].contiguous() if i == 0 else t))
+    add_records(net, bad / "golden_wrong_dtype.pt2", with_outputs(lambda i, t: t.double() if i == 0 else t))
+
     # what the exporter sees of this host and of torch's ISAs, for the runtime to check its own view against
     from export_tools import cpu
     (out / "python_cpu.json").write_text(json.dumps({

@@ -75,6 +75,43 @@ TEST(Runtime, GoldenCasesPassForEveryPackage) {
   }
 }
 
+TEST(Verify, AValueMismatchFailsItsCaseAndSaysByHowMuch) {
+  const pt2rt::Runtime rt = pt2rt::Runtime::load(kPackages + "/bad/golden_wrong_values.pt2", with_ops());
+  const pt2rt::VerifyReport report = rt.verify();
+  ASSERT_EQ(report.cases.size(), 4u);
+  EXPECT_FALSE(report.passed());
+  for (size_t i = 0; i < report.cases.size(); ++i) {
+    const auto& c = report.cases[i];
+    EXPECT_EQ(c.passed, i != 1) << c.name << ": " << c.reason;
+  }
+  EXPECT_NEAR(report.cases[1].max_abs_error, 0.5, 1e-4);
+  EXPECT_EQ(report.cases[1].reason.rfind("output 0 differs beyond rtol", 0), 0u) << report.cases[1].reason;
+}
+
+TEST(Verify, AShapeOrDtypeMismatchFailsItsCase) {
+  for (const auto& [file, expected] : std::vector<std::pair<std::string, std::string>>{
+           {"golden_wrong_shape.pt2", "output 0: expected Float [4, 4, 32, 32], got Float [4, 8, 32, 32]"},
+           {"golden_wrong_dtype.pt2", "output 0: expected Double [4, 8, 32, 32], got Float [4, 8, 32, 32]"}}) {
+    const pt2rt::VerifyReport report = pt2rt::Runtime::load(kPackages + "/bad/" + file, with_ops()).verify();
+    ASSERT_EQ(report.cases.size(), 4u) << file;
+    EXPECT_FALSE(report.cases[0].passed) << file;
+    EXPECT_EQ(report.cases[0].reason, expected) << file;
+    EXPECT_TRUE(report.cases[1].passed && report.cases[2].passed && report.cases[3].passed) << file;
+  }
+}
+
+TEST(Verify, Pt2runExitsOneOnAMismatch) {
+  const fs::path out = fs::temp_directory_path() / ("pt2run-verify-" + std::to_string(getpid()) + ".txt");
+  EXPECT_EQ(shell(kPt2run + " verify " + kPackages + "/bad/golden_wrong_values.pt2 --ops " + kOps + " > " +
+                  out.string()),
+            1);
+  std::ifstream in(out);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  fs::remove(out);
+  EXPECT_NE(text.find("FAIL random_0_batch1"), std::string::npos) << text;
+  EXPECT_NE(text.find("MISMATCH: 3 of 4 golden cases passed"), std::string::npos) << text;
+}
+
 TEST(Runtime, SpecDescribesThePackage) {
   const pt2rt::Spec spec = pt2rt::Runtime::read_spec(kNet);
   EXPECT_EQ(spec.format, "pt2rt-spec/2");

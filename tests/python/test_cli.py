@@ -209,3 +209,28 @@ def test_quiet_prints_no_progress(capsys, tmp_path, user_module):
     code, _, err = run_cli(capsys, "-q", "export", "--model", f"{user_module}:batch_four", "--out",
                            str(tmp_path / "m.pt2"), "--dynamic-batch", "1:32")
     assert code == 2 and "done in" not in err and "export ..." not in err
+
+
+def test_verify_exits_1_when_a_golden_case_does_not_match(capsys, tmp_path, exported):
+    """A package whose golden outputs were changed after export: `verify` reports the case and exits 1."""
+    import io
+
+    from torch.export.pt2_archive._package import PT2ArchiveReader, PT2ArchiveWriter
+
+    from export_tools import golden
+    from export_tools.export import GOLDEN_RECORD, read_golden
+
+    path, _, _ = exported("op_static")
+    cases = read_golden(path)
+    cases[2].outputs[0] = cases[2].outputs[0] + 1.0
+    wrong = tmp_path / "op_static.pt2"
+    with PT2ArchiveReader(str(path)) as reader, PT2ArchiveWriter(str(wrong)) as writer:
+        for name in reader.get_file_names():
+            if name not in (".data/serialization_id", GOLDEN_RECORD):
+                writer.write_bytes(name, reader.read_bytes(name))
+        writer.write_bytes(GOLDEN_RECORD, golden.dumps(cases))
+    code, stdout, _ = run_cli(capsys, "-q", "verify", str(wrong))
+    assert code == 1
+    lines = stdout.splitlines()
+    assert [line.split()[0] for line in lines] == ["ok", "ok", "FAIL", "ok"], stdout
+    assert "max abs 1" in lines[2], stdout
