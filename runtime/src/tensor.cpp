@@ -204,9 +204,11 @@ void save_tensors(const std::string& path, const std::vector<Tensor>& tensors) {
   if (tensors.size() == 1) {
     value = tensors[0].impl()->t;
   } else {
-    c10::List<at::Tensor> list;
-    for (const auto& t : tensors) list.push_back(t.impl()->t);
-    value = list;
+    // A tuple: the pickler writes a list through torch.jit._pickle (build_tensorlist, restore_type_tag), which
+    // torch.load refuses by default (weights_only=True).
+    std::vector<c10::IValue> items;
+    for (const auto& t : tensors) items.emplace_back(t.impl()->t);
+    value = c10::ivalue::Tuple::create(std::move(items));
   }
   std::vector<char> bytes;
   try {

@@ -336,6 +336,32 @@ TEST(Pt2run, RunWritesWhatTorchLoadReads) {
   fs::remove(out);
 }
 
+TEST(Pt2run, OutputFilesAreWhatTorchLoadReads) {
+  // Read back by torch itself, not by our own reader: a writer and reader that agree on a wrong format pass
+  // RunWritesWhatTorchLoadReads, not this (a list was written through torch.jit._pickle, which torch.load refuses
+  // by default). One output is a tensor; several are a tuple.
+  const fs::path dir = fs::temp_directory_path() / ("pt2run-torchload-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  ASSERT_EQ(shell(kPt2run + " run " + kNet + " --ops " + kOps + " --input " + kPackages + "/net_input.pt --output " +
+                  (dir / "one.pt").string() + " 2>/dev/null"),
+            0);
+  const at::Tensor a = at::arange(6, at::kFloat).reshape({2, 3}), b = at::ones({4}, at::kLong);
+  pt2rt::save_tensors((dir / "two.pt").string(), {pt2rt::from_aten(a), pt2rt::from_aten(b)});
+  const std::string check =
+      "import sys, torch\n"
+      "one, two = torch.load(sys.argv[1]), torch.load(sys.argv[3])\n"
+      "assert isinstance(one, torch.Tensor), type(one)\n"
+      "torch.testing.assert_close(one, torch.load(sys.argv[2]), rtol=1.3e-6, atol=1e-5)\n"
+      "assert isinstance(two, tuple) and len(two) == 2, two\n"
+      "torch.testing.assert_close(two[0], torch.arange(6.0).reshape(2, 3), rtol=0, atol=0)\n"
+      "torch.testing.assert_close(two[1], torch.ones(4, dtype=torch.long), rtol=0, atol=0)\n";
+  std::ofstream(dir / "check.py") << check;
+  EXPECT_EQ(shell(std::string(PT2RT_PYTHON) + " " + (dir / "check.py").string() + " " + (dir / "one.pt").string() + " " +
+                  kPackages + "/net_expected.pt " + (dir / "two.pt").string()),
+            0);
+  fs::remove_all(dir);
+}
+
 TEST(Pt2run, RunsWithAnEmptyEnvironment) {
   EXPECT_EQ(shell("env -i " + kPt2run + " verify " + kNet + " --ops " + kOps + " >/dev/null 2>&1"), 0);
 }

@@ -223,8 +223,9 @@ class PT2RT_API Runtime {
   std::unique_ptr<Impl> impl_;
 };
 
-// Tensor files in torch.save's (zip) format: read what torch.save wrote, write what torch.load reads.
-// A file holds one tensor, or a list or tuple of tensors.
+// Tensor files in torch.save's (zip) format: read what torch.save wrote, write what torch.load reads (with its
+// default weights_only=True). A file read holds one tensor, or a list or tuple of tensors; save_tensors writes one
+// tensor as a tensor, several as a tuple.
 // max_bytes: the most the file's tensors may take together once made contiguous (checked before any copy; a
 // stride-0 tensor in a 1 KB file can claim gigabytes). Error(IO) beyond it.
 PT2RT_API std::vector<Tensor> load_tensors(const std::string& path, std::size_t max_bytes = std::size_t{4} << 30);
