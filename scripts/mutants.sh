@@ -32,6 +32,11 @@ restored=1
 restore() { [ "$restored" = 1 ] || { cp "$BACKUP" "$file"; restored=1; }; }
 trap 'restore; rm -f "$BACKUP"; cmake --build "$BUILD_DIR" >/dev/null' EXIT
 
+# Each test command must pass on the unmutated source, or a "killed" below would mean nothing.
+for i in "${!NAME[@]}"; do
+  bash -c "${TESTS[$i]}" >/dev/null 2>&1 || { echo "error: fails without any mutant: ${TESTS[$i]}" >&2; exit 2; }
+done
+
 survived=0
 printf '%-34s %s\n' "mutant" "result"
 for i in "${!NAME[@]}"; do
