@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Installs the bundle, builds examples/embed against it with find_package(pt2rt) alone, runs it, then moves the
-# bundle and runs pt2run from it with an empty environment.
-#   embed_example_test.sh BUILD_DIR SOURCE_DIR PACKAGE
+# Installs the bundle, builds examples/embed against it with find_package(pt2rt) alone, runs it and compares the
+# checksum it prints with the eager model's (Python), then moves the bundle and runs pt2run from it with an empty
+# environment.
+#   embed_example_test.sh BUILD_DIR SOURCE_DIR PACKAGE PYTHON
 set -euo pipefail
-build=$1 src=$2 package=$3
+build=$1 src=$2 package=$3 python=$4
 work=$build/embed-test
 rm -rf "$work"
 mkdir -p "$work"
@@ -12,7 +13,24 @@ cmake --install "$build" --prefix "$work/bundle" --component bundle >/dev/null
 generator=(); command -v ninja >/dev/null && generator=(-G Ninja)
 cmake -S "$src/examples/embed" -B "$work/example" "${generator[@]}" -DCMAKE_PREFIX_PATH="$work/bundle" >/dev/null
 cmake --build "$work/example" >/dev/null
-env -i "$work/example/embed_example" "$package" 60 3
+out=$(env -i "$work/example/embed_example" "$package" 60 3)
+echo "$out"
+checksum=$(echo "$out" | sed -n 's/.*, 0 failures, checksum \([-0-9.e+]*\)$/\1/p')
+[ -n "$checksum" ] || { echo "no checksum with 0 failures in the example's output" >&2; exit 1; }
+# The same 60 frames (batch 1, sin(0.001 * (i + frame))) through the eager model.
+PYTHONPATH=$src IDENTITY_CONV_OPS_LIBRARY=$build/lib/libidentity_conv_ops.so "$python" - "$checksum" <<'PY'
+import sys, torch
+from export_tools import models
+model, _ = models.identity_conv_net()
+total = 0.0
+with torch.no_grad():
+    for f in range(60):
+        x = torch.sin(0.001 * (torch.arange(3 * 32 * 32, dtype=torch.float32) + f)).reshape(1, 3, 32, 32)
+        total += model(x).double().sum().item()
+got = float(sys.argv[1])
+assert abs(got - total) <= 1e-4 * max(1.0, abs(total)), f"embed_example's checksum {got} != eager {total}"
+print(f"checksum {got:.6g} equals the eager model's {total:.6g}")
+PY
 mkdir -p "$work/bundle/models"
 cp "$package" "$work/bundle/models/"
 mv "$work/bundle" "$work/moved"
