@@ -172,6 +172,8 @@ def main():
     add_records(net, bad / "zip_slip.pt2", {folder + "/" + "../" * 16 + "tmp/pt2rt-zip-slip-target": b"overwritten"})
     add_records(net, bad / "second_library.pt2", {v["record"].rsplit("/", 1)[0] + "/other.wrapper.so": b"\x7fELF"
                                                    for v in read_spec(net)["variants"]})
+    rewrite(net, bad / "missing_class.pt2", edit_spec=lambda s: {**s, "custom_classes": s["custom_classes"] + [
+        {"name": "my_ops::NotThere", "namespace": "my_ops", "methods": ["forward"], "library": "libidentity_conv_ops.so"}]})
     rewrite(net, bad / "missing_op.pt2", edit_spec=lambda s: {**s, "custom_ops": s["custom_ops"] + [
         {"name": "my_ops::not_there", "namespace": "my_ops", "library": "libidentity_conv_ops.so"}]})
     rewrite(net, bad / "library_path.pt2", edit_spec=lambda s: {**s, "libraries": ["../../tmp/x/libevil.so"]})

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -408,6 +409,65 @@ TEST(Pt2run, BenchWarmsUpOnTheThreadsItMeasures) {
     EXPECT_GT(cold, 1) << callers;
     EXPECT_EQ(warmed, cold) << callers << " caller(s)";
   }
+}
+
+TEST(Documented, NumRunnersBelowOneIsAUsageError) {
+  EXPECT_ERROR(pt2rt::Runtime::load(kNet, with_ops(0)), pt2rt::ErrorCode::Usage, "num_runners must be >= 1, got 0");
+}
+
+TEST(Documented, AMissingClassIsNamedWithItsLibrary) {
+  EXPECT_ERROR(pt2rt::Runtime::load(kPackages + "/bad/missing_class.pt2", with_ops()), pt2rt::ErrorCode::OpsLibrary,
+               "class my_ops::NotThere (from libidentity_conv_ops.so)");
+}
+
+TEST(Documented, CheckTorchVersionFalseLoadsAnotherTorchsPackage) {
+  pt2rt::Options o = with_ops();
+  EXPECT_ERROR(pt2rt::Runtime::load(kPackages + "/bad/other_torch.pt2", o), pt2rt::ErrorCode::Package,
+               "exported with torch 2.0.0+cpu");
+  o.check_torch_version = false;
+  EXPECT_TRUE(pt2rt::Runtime::load(kPackages + "/bad/other_torch.pt2", o).verify().passed());
+}
+
+TEST(Documented, DtypeNamesRoundTrip) {
+  using pt2rt::DType;
+  for (DType d : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int64, DType::Int32,
+                  DType::Int16, DType::Int8, DType::UInt8, DType::Bool}) {
+    EXPECT_EQ(pt2rt::dtype_from_name(pt2rt::dtype_name(d)), d) << pt2rt::dtype_name(d);
+  }
+  EXPECT_EQ(pt2rt::dtype_size(DType::BFloat16), 2u);
+  EXPECT_EQ(pt2rt::dtype_size(DType::Int64), 8u);
+  EXPECT_FALSE(pt2rt::dtype_from_name("float"));
+  EXPECT_FALSE(pt2rt::dtype_from_name("Float32"));
+}
+
+TEST(Documented, TensorCopyOfOwnsItsMemoryAndMutableDataWrites) {
+  std::vector<float> src = {1, 2, 3, 4, 5, 6};
+  pt2rt::Tensor t = pt2rt::Tensor::copy_of(pt2rt::TensorView{src.data(), {2, 3}, pt2rt::DType::Float32});
+  src[0] = 100;
+  EXPECT_EQ(static_cast<const float*>(t.data())[0], 1.0f);  // a copy, not a view of src
+  EXPECT_EQ(t.shape(), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(t.numel(), 6);
+  EXPECT_EQ(t.nbytes(), 24u);
+  static_cast<float*>(t.mutable_data())[5] = -1;
+  const pt2rt::Tensor cpu = t.to_cpu();  // already on the CPU: the same storage
+  EXPECT_EQ(cpu.data(), t.data());
+  EXPECT_EQ(static_cast<const float*>(cpu.data())[5], -1.0f);
+}
+
+TEST(Documented, AMovedRuntimeRunsAndKeepsItsFiles) {
+  pt2rt::Runtime a = pt2rt::Runtime::load(kNet, with_ops());
+  pt2rt::Runtime b = std::move(a);
+  EXPECT_TRUE(b.verify().passed());
+  pt2rt::Runtime c = pt2rt::Runtime::load(kOp, with_ops());
+  c = std::move(b);  // c's own runtime is released, b's is kept
+  EXPECT_EQ(c.spec().model, "net_dynamic");
+  EXPECT_TRUE(c.verify().passed());
+}
+
+TEST(Documented, VersionIsSemVer) {
+  const std::string v = pt2rt::version();
+  EXPECT_TRUE(std::regex_match(v, std::regex("[0-9]+\\.[0-9]+\\.[0-9]+"))) << v;
+  EXPECT_TRUE(std::regex_match(std::string(pt2rt::torch_version()), std::regex("[0-9]+\\.[0-9]+\\.[0-9]+")));
 }
 
 TEST(Runtime, SetNumThreads) {
