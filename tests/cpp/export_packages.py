@@ -204,6 +204,10 @@ def main():
                 "outputs": [c.outputs for c in cases]}, buf)
     add_records(net, bad / "golden_stride0.pt2", {GOLDEN_RECORD: buf.getvalue()})
 
+    # a PT2 archive that torch reads, without AOTInductor's model folder
+    with PT2ArchiveWriter(str(bad / "no_model.pt2")) as writer:
+        writer.write_bytes("data/other/readme.txt", b"a PT2 archive, but no AOTInductor model in it")
+
     # golden cases that do not match what the package computes: verify must fail, and say how
     def with_outputs(edit):
         out_cases = [[edit(i, t) for t in c.outputs] for i, c in enumerate(cases)]
@@ -215,6 +219,9 @@ def main():
     add_records(net, bad / "golden_wrong_values.pt2", with_outputs(lambda i, t: t + 0.5 if i == 1 else t))
     add_records(net, bad / "golden_wrong_shape.pt2", with_outputs(lambda i, t: t[:, :4].contiguous() if i == 0 else t))
     add_records(net, bad / "golden_wrong_dtype.pt2", with_outputs(lambda i, t: t.double() if i == 0 else t))
+    # NaN where the package computes a number: a mismatch, even though NaN equals NaN elsewhere
+    add_records(net, bad / "golden_nan.pt2", with_outputs(
+        lambda i, t: t.clone().index_fill_(1, torch.tensor([0]), float("nan")) if i == 2 else t))
 
     # what the exporter sees of this host and of torch's ISAs, for the runtime to check its own view against
     from export_tools import cpu

@@ -114,6 +114,8 @@ const Case kCases[] = {
     {"truncated", verify(kP + "/bad/truncated.pt2"), 3, "not a .pt2 package"},
     {"random_bytes", verify(kP + "/bad/random.pt2"), 3, "not a .pt2 package"},
     {"zip_not_package", verify(kP + "/bad/not_package.pt2"), 3, "not a .pt2 package"},
+    {"pt2_archive_without_model", verify(kP + "/bad/no_model.pt2"), 3,
+     "is not an AOTInductor package (no data/aotinductor/<model>/*_metadata.json inside)"},
     {"damaged_model_library", verify(kP + "/bad/damaged_lib.pt2"), 3, "compiled model library is damaged"},
     {"cut_model_library", verify(kP + "/bad/cut_lib.pt2"), 3, "compiled model library is damaged"},
     {"junk_model_library", verify(kP + "/bad/junk_lib.pt2"), 3, "compiled model library is damaged"},

@@ -101,6 +101,17 @@ TEST(Verify, AShapeOrDtypeMismatchFailsItsCase) {
   }
 }
 
+TEST(Verify, NaNMatchesOnlyNaN) {
+  // The unusual-input test shows NaN outputs pass where eager has NaN too; here the golden case has NaN where the
+  // package computes numbers.
+  const pt2rt::VerifyReport report =
+      pt2rt::Runtime::load(kPackages + "/bad/golden_nan.pt2", with_ops()).verify();
+  ASSERT_EQ(report.cases.size(), 4u);
+  EXPECT_FALSE(report.cases[2].passed);
+  EXPECT_EQ(report.cases[2].reason.rfind("output 0 differs beyond rtol", 0), 0u) << report.cases[2].reason;
+  EXPECT_TRUE(report.cases[0].passed && report.cases[1].passed && report.cases[3].passed);
+}
+
 TEST(Verify, Pt2runExitsOneOnAMismatch) {
   const fs::path out = fs::temp_directory_path() / ("pt2run-verify-" + std::to_string(getpid()) + ".txt");
   EXPECT_EQ(shell(kPt2run + " verify " + kPackages + "/bad/golden_wrong_values.pt2 --ops " + kOps + " > " +
