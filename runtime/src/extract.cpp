@@ -160,8 +160,9 @@ std::shared_ptr<Extraction> extract_variant(const Package& package, const Varian
   try {
     for (const auto& name : wanted) {
       const std::vector<char> bytes = package.read(name);
+      std::string digest;  // the library's, when checked: it stands for its bytes in the content hash too
       if (name == variant.record && options.check_sha256) {
-        const std::string digest = sha256_hex(bytes.data(), bytes.size());
+        digest = sha256_hex(bytes.data(), bytes.size());
         if (digest != variant.sha256 || static_cast<int64_t>(bytes.size()) != variant.size) {
           throw Error(ErrorCode::Package, package.path() + ": the compiled model library is damaged (variant " +
                                               variant.isa + ": SHA-256 " + digest + ", " +
@@ -174,7 +175,11 @@ std::shared_ptr<Extraction> extract_variant(const Package& package, const Varian
       const uint64_t size = bytes.size();
       EVP_DigestUpdate(content.get(), name.c_str(), name.size() + 1);
       EVP_DigestUpdate(content.get(), &size, sizeof size);
-      EVP_DigestUpdate(content.get(), bytes.data(), bytes.size());
+      if (digest.empty()) {
+        EVP_DigestUpdate(content.get(), bytes.data(), bytes.size());
+      } else {
+        EVP_DigestUpdate(content.get(), digest.data(), digest.size());  // the library is hashed once, not twice
+      }
       // AOTInductor's proxy executor opens custom objects next to the model library.
       if (starts_with(name, "data/constants/")) write_file(dir + "/" + folder + base_name(name), bytes);
     }
@@ -182,10 +187,10 @@ std::shared_ptr<Extraction> extract_variant(const Package& package, const Varian
     drop();
     throw;
   }
-  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned char hash[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
-  EVP_DigestFinal_ex(content.get(), digest, &len);
-  const std::string key = sha256_hex(digest, len);  // a short, fixed-length name for the content hash
+  EVP_DigestFinal_ex(content.get(), hash, &len);
+  const std::string key = sha256_hex(hash, len);  // a short, fixed-length name for the content hash
   std::lock_guard<std::mutex> lock(g_mutex);
   const std::string final_dir = g_parent + "/" + key;
   auto extraction = std::make_shared<Extraction>();
