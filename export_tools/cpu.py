@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import platform
 import re
 import subprocess
@@ -123,7 +124,6 @@ def compiling(name: str) -> Iterator[Variant]:
 
 @contextlib.contextmanager
 def _without_env(key: str, unless: bool) -> Iterator[None]:
-    import os
     old = os.environ.get(key)
     if not unless:
         os.environ.pop(key, None)

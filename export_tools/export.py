@@ -354,13 +354,14 @@ def _finish_package(compiled: list[tuple[cpu.Variant, Path]], final: Path, spec:
                 raise ExportError(f"expected one compiled model library in the {variant.name} compile, found {libs}")
             for n in names:
                 data = reader.read_bytes(n)
+                if n == libs[0]:
+                    lib_bytes = data
                 if n.startswith(own):
                     records[MODEL_DIR + model_name + "/" + n[len(own):]] = data
                 elif n.startswith(MODEL_DIR):
                     raise ExportError(f"unexpected record {n} in the {variant.name} compile")
                 elif records.setdefault(n, data) != data:
                     raise ExportError(f"the {variant.name} compile's {n} differs from the first compile's")
-            lib_bytes = reader.read_bytes(libs[0])
         spec["variants"].append({
             "isa": variant.name, "model": model_name, "arch": variant.arch, "vec_isa": variant.vec_isa,
             "compile_flags": list(variant.flags), "cpu_features": list(variant.cpu_features),

@@ -85,6 +85,14 @@ std::string parent_locked() {
   return g_parent;
 }
 
+// Removes one directory below the parent, and the parent once it holds none (made again, under the same name,
+// by the next load). Under g_mutex.
+void discard_locked(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  if (--g_live == 0) rmdir(g_parent.c_str());
+}
+
 }  // namespace
 
 namespace detail {
@@ -105,9 +113,7 @@ Extraction::~Extraction() {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (--g_users[key] > 0) return;
   g_users.erase(key);
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
-  if (--g_live == 0) rmdir(g_parent.c_str());  // empty now; made again, under the same name, by the next load
+  discard_locked(dir);
 }
 
 std::shared_ptr<Extraction> extract_variant(const Package& package, const Variant& variant, const Options& options) {
@@ -151,12 +157,6 @@ std::shared_ptr<Extraction> extract_variant(const Package& package, const Varian
   }
   std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> content(EVP_MD_CTX_new(), EVP_MD_CTX_free);
   EVP_DigestInit_ex(content.get(), EVP_sha256(), nullptr);
-  auto drop = [&] {
-    std::lock_guard<std::mutex> lock(g_mutex);
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-    if (--g_live == 0) rmdir(g_parent.c_str());
-  };
   try {
     for (const auto& name : wanted) {
       const std::vector<char> bytes = package.read(name);
@@ -184,7 +184,8 @@ std::shared_ptr<Extraction> extract_variant(const Package& package, const Varian
       if (starts_with(name, "data/constants/")) write_file(dir + "/" + folder + base_name(name), bytes);
     }
   } catch (...) {
-    drop();
+    std::lock_guard<std::mutex> lock(g_mutex);
+    discard_locked(dir);
     throw;
   }
   unsigned char hash[EVP_MAX_MD_SIZE];
@@ -197,16 +198,12 @@ std::shared_ptr<Extraction> extract_variant(const Package& package, const Varian
   extraction->key = key;
   extraction->dir = final_dir;
   if (g_users[key]++ > 0) {  // the same content is extracted already: share it
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-    --g_live;
+    discard_locked(dir);
     return extraction;
   }
   if (rename(dir.c_str(), final_dir.c_str()) != 0) {
     const std::string why = std::strerror(errno);
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-    if (--g_live == 0) rmdir(g_parent.c_str());
+    discard_locked(dir);
     g_users.erase(key);
     extraction->key.clear();  // nothing to release
     throw Error(ErrorCode::IO, "cannot rename " + dir + " to " + final_dir + ": " + why);

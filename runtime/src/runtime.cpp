@@ -3,10 +3,6 @@
 
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 
-#include <cerrno>
-#include <cstdlib>
-#include <cstring>
-#include <filesystem>
 #include <map>
 #include <mutex>
 
@@ -23,7 +19,6 @@ std::mutex g_aoti_mutex;
 }  // namespace
 
 struct Runtime::Impl {
-  std::string package_path;
   std::unique_ptr<detail::Package> package;  // open for the Runtime's life: golden cases come from the same file
   Spec spec;
   std::vector<std::string> libraries;
@@ -139,7 +134,6 @@ Runtime Runtime::load(const std::string& package_path, const Options& options) {
     throw Error(ErrorCode::Usage, "num_runners must be >= 1, got " + std::to_string(options.num_runners));
   }
   auto impl = std::make_unique<Impl>();
-  impl->package_path = package_path;
   impl->package = std::make_unique<detail::Package>(package_path, detail::limits_of(options));
   impl->spec = impl->package->spec();
   const Spec& spec = impl->spec;
