@@ -35,6 +35,22 @@ def spec_seeds(packages: list[Path], out: Path) -> None:
         (out / f"{pkg.stem}-metadata.json").write_bytes(metadata)
         spec = json.loads(metadata)["pt2rt_spec"]
         (out / f"{pkg.stem}-spec.json").write_text(spec)
+    broken_spec_seeds(json.loads(spec), out)
+
+
+def broken_spec_seeds(spec: dict, out: Path) -> None:
+    """Specs the parser must refuse, one fault each (their messages are in tests/fuzz/expected/spec.txt)."""
+    def write(name: str, change) -> None:
+        s = json.loads(json.dumps(spec))
+        change(s)
+        (out / f"broken-{name}-spec.json").write_text(json.dumps(s))
+    write("unknown-dtype", lambda s: s["inputs"][0].update(dtype="complex32"))
+    write("dim-out-of-range", lambda s: s["inputs"][0].update(dynamic_dims=[
+        {"dim": len(s["inputs"][0]["shape"]), "name": "batch", "min": 1, "max": 4}]))
+    write("min-above-max", lambda s: s["inputs"][0].update(dynamic_dims=[
+        {"dim": 0, "name": "batch", "min": 5, "max": 4}]))
+    write("no-variants", lambda s: s.update(variants=[]))
+    write("shape-not-a-list", lambda s: s["inputs"][0].update(shape="1x3"))
 
 
 def tensor_seeds(out: Path) -> None:
@@ -67,6 +83,11 @@ def golden_seeds(out: Path) -> None:
     (out / "bf16.pt").write_bytes(golden.dumps([golden.Case("example", [x.bfloat16()], [x.bfloat16()])]))
     (out / "no-cases.pt").write_bytes(golden.dumps([]))
     (out / "not-a-dict.pt").write_bytes(saved([x]))
+    names, inputs, outputs = ["example"], [[x]], [[x.clone()]]
+    (out / "no-outputs.pt").write_bytes(saved({"names": names, "inputs": inputs}))
+    (out / "counts-differ.pt").write_bytes(saved({"names": names * 2, "inputs": inputs, "outputs": outputs}))
+    (out / "not-a-tensor.pt").write_bytes(saved({"names": names, "inputs": [[1.5]], "outputs": outputs}))
+    (out / "name-not-a-string.pt").write_bytes(saved({"names": [3], "inputs": inputs, "outputs": outputs}))
 
 
 def main() -> None:
