@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -250,8 +251,13 @@ double percentile(std::vector<double> sorted, double p) {
 int cmd_bench(const std::string& package, const std::vector<std::string>& ops, const std::vector<std::string>& input_files,
               int warmup, int iters, int threads, int runners, int intra_op_threads, bool json) {
   // Several callers: split the cores between them unless told otherwise (oversubscription costs throughput).
+  // The cores this process may use (taskset, a container's cpuset), as torch's own default counts them.
   if (intra_op_threads == 0 && threads > 1) {
-    intra_op_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / threads);
+    cpu_set_t allowed;
+    const int cores = sched_getaffinity(0, sizeof allowed, &allowed) == 0
+                          ? CPU_COUNT(&allowed)
+                          : static_cast<int>(std::thread::hardware_concurrency());
+    intra_op_threads = std::max(1, cores / threads);
   }
   if (intra_op_threads > 0) pt2rt::set_num_threads(intra_op_threads);
   const pt2rt::Runtime rt = pt2rt::Runtime::load(package, options_for(ops, runners));
@@ -390,7 +396,7 @@ int main(int argc, char** argv) {
   bench->add_option("--threads", threads, "threads calling run")->check(CLI::Range(1, 256));
   bench->add_option("--runners", runners, "model instances (num_runners)")->check(CLI::Range(1, 64));
   bench->add_option("--intra-op-threads", intra_op_threads,
-                    "torch threads per run (default: all cores for one caller, cores / --threads for several)")
+                    "torch threads per run (default: all usable cores for one caller, cores / --threads for several)")
       ->check(CLI::Range(1, 1024));
   bench->add_flag("--json", json, "print {\"latency_ms\": {...}, \"throughput_per_s\": ...}");
   for (auto* sub : {run, verify, bench}) {

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 
@@ -378,10 +379,10 @@ TEST(Pt2run, RunsWithAnEmptyEnvironment) {
   EXPECT_EQ(shell("env -i " + kPt2run + " verify " + kNet + " --ops " + kOps + " >/dev/null 2>&1"), 0);
 }
 
-// The JSON `pt2run bench ... --json` prints; empty when it fails.
-std::string bench_json(const std::string& args) {
+// The JSON `pt2run bench ... --json` prints; empty when it fails. `prefix` runs pt2run under another command.
+std::string bench_json(const std::string& args, const std::string& prefix = "") {
   const fs::path out = fs::temp_directory_path() / ("pt2run-bench-" + std::to_string(getpid()) + ".json");
-  const int rc = shell(kPt2run + " bench " + kNet + " --ops " + kOps + " " + args + " --json > " + out.string());
+  const int rc = shell(prefix + kPt2run + " bench " + kNet + " --ops " + kOps + " " + args + " --json > " + out.string());
   std::ifstream in(out);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   fs::remove(out);
@@ -394,9 +395,27 @@ TEST(Pt2run, BenchPrintsJson) {
   for (const char* key : {"\"latency_ms\"", "\"p50\"", "\"p90\"", "\"p99\"", "\"mean\"", "\"throughput_per_s\""}) {
     EXPECT_NE(text.find(key), std::string::npos) << key << " in " << text;
   }
-  // Two callers share the cores unless told otherwise.
-  const unsigned split = std::max(1u, std::thread::hardware_concurrency() / 2);
-  EXPECT_NE(text.find("\"intra_op_threads\":" + std::to_string(split)), std::string::npos) << text;
+}
+
+TEST(Pt2run, BenchSplitsTheCoresItMayUseBetweenCallers) {
+  // Pinned with taskset to k CPUs: one caller gets torch's default (k threads), two callers k/2 each (at least 1) -
+  // the cores pt2run may run on, not the machine's (a container's cpuset or taskset otherwise oversubscribes).
+  cpu_set_t allowed;
+  ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  for (const size_t k : {1, 2, 4}) {
+    if (k > cpus.size()) break;
+    std::string list;
+    for (size_t i = 0; i < k; ++i) list += (i ? "," : "") + std::to_string(cpus[i]);
+    const std::string pin = "taskset -c " + list + " ";
+    const std::string one = bench_json("--warmup 1 --iters 5 --threads 1", pin);
+    const std::string two = bench_json("--warmup 1 --iters 5 --threads 2", pin);
+    EXPECT_NE(one.find("\"intra_op_threads\":" + std::to_string(k) + ","), std::string::npos) << k << " CPUs: " << one;
+    EXPECT_NE(two.find("\"intra_op_threads\":" + std::to_string(std::max<size_t>(1, k / 2)) + ","), std::string::npos)
+        << k << " CPUs: " << two;
+  }
 }
 
 TEST(Pt2run, BenchTakesIntraOpThreads) {
