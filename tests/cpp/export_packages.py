@@ -1,6 +1,7 @@
 """Exports the packages the C++ tests run (once per build: skipped when nothing that shapes them changed).
 
-Writes into OUT: net_dynamic.pt2 (identity_conv_net, batch 1..32, CPU variants avx2, avx512, default), op_static.pt2 (the op alone), net_fp16.pt2 and
+Writes into OUT: net_dynamic.pt2 (identity_conv_net, batch 1..32, CPU variants avx2, avx512, default), op_static.pt2
+(the op alone), probe.pt2 (the op of probe_ops.cpp, which counts runs in flight), net_fp16.pt2 and
 net_bf16.pt2 (half-precision exports), tensor files
 for pt2run (net_input.pt, net_expected.pt, a list file), and bad/*.pt2: damaged or foreign packages.
 """
@@ -23,9 +24,10 @@ from export_tools import export_package, models, read_spec
 from export_tools.export import SPEC_KEY
 
 
-def fingerprint() -> str:
+def fingerprint(probe_ops: Path) -> str:
     h = hashlib.sha256(torch.__version__.encode())
-    for path in sorted(Path(export_tools.__file__).parent.glob("*.py")) + [Path(__file__), export_tools.library_path()]:
+    for path in sorted(Path(export_tools.__file__).parent.glob("*.py")) + [Path(__file__), export_tools.library_path(),
+                                                                            probe_ops]:
         h.update(path.read_bytes())
     return h.hexdigest()
 
@@ -64,12 +66,27 @@ def with_spec(**changes):
     return edit
 
 
+def export_probe(library: Path, path: Path) -> None:
+    """A model around pt2rt_probe::hold, the op that counts how many runs are in flight (probe_ops.cpp)."""
+    torch.ops.load_library(str(library))
+    torch.library.register_fake("pt2rt_probe::hold")(lambda x, micros: torch.empty_like(x))
+
+    class Probe(torch.nn.Module):
+        def forward(self, x):
+            return torch.ops.pt2rt_probe.hold(x * 2, 5000)
+
+    export_package(Probe(), [torch.randn(2, 3)], path, golden=1, cpu_isa="default",
+                   ops_libraries={"pt2rt_probe": library.name})
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True, type=Path)
-    out = parser.parse_args().out
+    parser.add_argument("--probe-ops", required=True, type=Path, help="libpt2rt_probe_ops.so (tests/cpp/probe_ops.cpp)")
+    args = parser.parse_args()
+    out = args.out
     stamp = out / "fingerprint"
-    fp = fingerprint()
+    fp = fingerprint(args.probe_ops)
     if stamp.is_file() and stamp.read_text() == fp:
         print(f"test packages in {out} are up to date")
         return 0
@@ -85,6 +102,8 @@ def main():
     for name, factory in (("net_fp16", models.identity_conv_net_fp16), ("net_bf16", models.identity_conv_net_bf16)):
         half_model, half_inputs = factory()
         export_package(half_model, half_inputs, out / f"{name}.pt2", golden=2)
+
+    export_probe(args.probe_ops, out / "probe.pt2")
 
     x = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(7))
     torch.save(x, out / "net_input.pt")

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <dlfcn.h>
 #include <sched.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -25,6 +26,7 @@ namespace {
 
 const std::string kPackages = PT2RT_TEST_PACKAGES;
 const std::string kOps = IDENTITY_CONV_OPS_LIBRARY;
+const std::string kProbeOps = PT2RT_PROBE_OPS_LIBRARY;
 const std::string kPt2run = PT2RUN_BINARY;
 const std::string kNet = kPackages + "/net_dynamic.pt2";
 const std::string kOp = kPackages + "/op_static.pt2";
@@ -205,6 +207,43 @@ TEST_P(Threads, ManyThreadsShareOneRuntime) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Runners, Threads, testing::Values(1, 4));
+
+// The test above shows results stay right under load; this one shows what num_runners does, through the probe op
+// (probe_ops.cpp), which holds each call 5 ms and counts the calls in flight: with one runner, runs from four
+// threads go one at a time; with four runners, several run at once - on any number of cores.
+TEST(Runners, BoundHowManyRunsAreInFlight) {
+  at::manual_seed(3);
+  const at::Tensor x = at::randn({2, 3});
+  for (const int runners : {1, 4}) {
+    pt2rt::Options o;
+    o.ops_libraries = {kProbeOps};
+    o.num_runners = runners;
+    const pt2rt::Runtime rt = pt2rt::Runtime::load(kPackages + "/probe.pt2", o);
+    void* lib = dlopen(kProbeOps.c_str(), RTLD_NOW | RTLD_NOLOAD);  // the copy the runtime loaded
+    ASSERT_NE(lib, nullptr) << dlerror();
+    const auto take_most_in_flight = reinterpret_cast<int (*)()>(dlsym(lib, "pt2rt_probe_take_most_in_flight"));
+    ASSERT_NE(take_most_in_flight, nullptr);
+    take_most_in_flight();
+    std::atomic<int> wrong{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&] {
+        for (int i = 0; i < 8; ++i)
+          if (!at::allclose(run1(rt, x), x * 2 + 1)) ++wrong;
+      });
+    }
+    for (auto& th : threads) th.join();
+    const int most = take_most_in_flight();
+    dlclose(lib);
+    EXPECT_EQ(wrong.load(), 0);
+    if (runners == 1) {
+      EXPECT_EQ(most, 1) << "one runner ran several calls at once";
+    } else {
+      EXPECT_GE(most, 2) << runners << " runners never ran two calls at once";
+      EXPECT_LE(most, runners);
+    }
+  }
+}
 
 TEST(RuntimeErrors, BadPackages) {
   const std::string bad = kPackages + "/bad/";
