@@ -202,12 +202,36 @@ std::vector<pt2rt::TensorView> views_of(const std::vector<pt2rt::Tensor>& ts) {
   return v;
 }
 
+// AOTInductor's generated model code writes "Error: <call> API call failed at <file>, line <n>" to std::cerr
+// before a failing run throws; the exception pt2run reports says what failed. Held back while one thread runs
+// (run, verify) and printed only when the run did not fail or PT2RT_VERBOSE is set, so an error stays one line.
+class ModelStderr {
+ public:
+  ModelStderr() : saved_(std::cerr.rdbuf(&held_)) {}
+  ~ModelStderr() {
+    std::cerr.rdbuf(saved_);
+    if ((!failed_ && std::uncaught_exceptions() == 0) || std::getenv("PT2RT_VERBOSE")) std::cerr << held_.str();
+  }
+  void failed() { failed_ = true; }  // the caller reports the failure itself
+  ModelStderr(const ModelStderr&) = delete;
+  ModelStderr& operator=(const ModelStderr&) = delete;
+
+ private:
+  std::stringbuf held_;
+  std::streambuf* saved_;
+  bool failed_ = false;
+};
+
 int cmd_run(const std::string& package, const std::vector<std::string>& input_files, const std::string& output,
             const std::vector<std::string>& ops) {
   check_writable(output);
   const auto inputs = read_inputs(input_files, input_file_limit(pt2rt::Runtime::read_spec(package)));
   const pt2rt::Runtime rt = pt2rt::Runtime::load(package, options_for(ops, 1));
-  std::vector<pt2rt::Tensor> outputs = rt.run(views_of(inputs));
+  std::vector<pt2rt::Tensor> outputs;
+  {
+    const ModelStderr quiet;
+    outputs = rt.run(views_of(inputs));
+  }
   for (auto& t : outputs) t = t.to_cpu();
   pt2rt::save_tensors(output, outputs);
   for (size_t i = 0; i < outputs.size(); ++i) {
@@ -222,7 +246,12 @@ int cmd_run(const std::string& package, const std::vector<std::string>& input_fi
 
 int cmd_verify(const std::string& package, const std::vector<std::string>& ops) {
   const pt2rt::Runtime rt = pt2rt::Runtime::load(package, options_for(ops, 1));
-  const pt2rt::VerifyReport report = rt.verify();
+  pt2rt::VerifyReport report;
+  {
+    ModelStderr quiet;
+    report = rt.verify();
+    if (!report.passed()) quiet.failed();  // a case whose run failed has a FAIL line with the reason
+  }
   for (const auto& c : report.cases) {
     std::printf("%s %-24s max abs %.3g  max rel %.3g%s%s\n", c.passed ? "ok  " : "FAIL", c.name.c_str(),
                 c.max_abs_error, c.max_rel_error, c.reason.empty() ? "" : "  ", c.reason.c_str());

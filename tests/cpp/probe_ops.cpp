@@ -1,5 +1,6 @@
 // libpt2rt_probe_ops.so: a test-only ops library whose op reports how many of its calls ran at once.
-//   pt2rt_probe::hold(Tensor x, int micros) -> Tensor   returns x + 1 after holding the call for `micros`
+//   pt2rt_probe::hold(Tensor x, int micros) -> Tensor   returns x + 1 after holding the call for `micros`;
+//                                                         fails when x holds +inf (an error inside a model)
 // A package that calls it shows whether the runtime ran several runs concurrently (num_runners > 1) or one at a
 // time (num_runners == 1), which timing alone cannot show on a 2-core machine. Also a second ops library with its
 // own namespace, found through the spec like any user's.
@@ -17,6 +18,7 @@ std::atomic<int> in_flight{0};
 std::atomic<int> most_in_flight{0};
 
 at::Tensor hold(const at::Tensor& x, int64_t micros) {
+  TORCH_CHECK(!x.isposinf().any().item<bool>(), "pt2rt_probe::hold was asked to fail (its input holds +inf)");
   const int now = ++in_flight;
   int seen = most_in_flight.load();
   while (now > seen && !most_in_flight.compare_exchange_weak(seen, now)) {

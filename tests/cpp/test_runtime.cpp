@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <regex>
 #include <string>
@@ -323,6 +324,32 @@ TEST(RuntimeErrors, BadInputs) {
                "expected a cpu tensor, got a cuda tensor");
   // and the runtime still works afterwards
   EXPECT_EQ(rt.run({view_of(x)}).at(0).shape(), (std::vector<int64_t>{2, 8, 32, 32}));
+}
+
+TEST(RuntimeErrors, AnErrorInsideTheModelIsARuntimeErrorAndTheRunnerServesOn) {
+  // The probe op fails on +inf. With one runner, a runner not handed back after the failure would hang the next run.
+  pt2rt::Options o;
+  o.ops_libraries = {kProbeOps};
+  const pt2rt::Runtime rt = pt2rt::Runtime::load(kPackages + "/probe.pt2", o);
+  const at::Tensor bad = at::full({2, 3}, std::numeric_limits<float>::infinity());
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_ERROR(rt.run({view_of(bad)}), pt2rt::ErrorCode::Runtime,
+                 "the model failed: pt2rt_probe::hold was asked to fail (its input holds +inf)");
+    const at::Tensor x = at::randn({2, 3});
+    EXPECT_TRUE(at::allclose(run1(rt, x), x * 2 + 1));
+  }
+  const fs::path in = fs::temp_directory_path() / ("pt2rt-inf-" + std::to_string(getpid()) + ".pt");
+  pt2rt::save_tensors(in.string(), {pt2rt::Tensor::copy_of(view_of(bad))});
+  const fs::path err = in.string() + ".err";
+  EXPECT_EQ(shell(kPt2run + " run " + kPackages + "/probe.pt2 --ops " + kProbeOps + " --input " + in.string() +
+                  " --output /dev/null 2> " + err.string()),
+            7);
+  std::ifstream e(err);
+  const std::string text((std::istreambuf_iterator<char>(e)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "pt2run: error (runtime): the model failed: pt2rt_probe::hold was asked to fail (its input holds "
+                  "+inf)\n");
+  fs::remove(in);
+  fs::remove(err);
 }
 
 TEST(RuntimeErrors, NoTemporaryDirectoryIsLeftBehind) {

@@ -152,10 +152,14 @@ def test_pickle_round_trip_keeps_weight_and_behaviour():
 
 
 def test_obj_flatten_exposes_the_weight():
+    """What torch.export traces the object by: the weight it computes with, not a stale or default one."""
     conv = Conv(2, 3)
     flat = conv.__obj_flatten__()
     assert [name for name, _ in flat] == ["weight"]
-    assert flat[0][1].shape == (2, 1, 3, 3)
+    torch.testing.assert_close(flat[0][1], conv.get_weight(), rtol=0, atol=0)
+    weight = torch.randn(2, 1, 3, 3)
+    conv.set_weight(weight)
+    torch.testing.assert_close(conv.__obj_flatten__()[0][1], weight, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("make, message", [
