@@ -110,6 +110,8 @@ def compare(actual: list[torch.Tensor], expected: list[torch.Tensor],
             return False, float("inf"), float("inf"), (
                 f"output {i}: expected {e.dtype} {list(e.shape)}, got {a.dtype} {list(a.shape)}")
         rtol, atol = (tolerances or {}).get(dtype_name(e.dtype), tolerance_for(e.dtype))
+        if not e.dtype.is_floating_point:
+            rtol = atol = 0.0  # integers and bools compare exactly, as the runtime compares them
         if e.numel():
             diff = (a.double() - e.double()).abs()
             finite = torch.isfinite(diff)

@@ -1,7 +1,8 @@
 """Exports the packages the C++ tests run (once per build: skipped when nothing that shapes them changed).
 
 Writes into OUT: net_dynamic.pt2 (identity_conv_net, batch 1..32, CPU variants avx2, avx512, default), op_static.pt2
-(the op alone), probe.pt2 (the op of probe_ops.cpp, which counts runs in flight), net_fp16.pt2 and
+(the op alone), probe.pt2 (the op of probe_ops.cpp, which counts runs in flight), multi_io.pt2 (two inputs sharing
+the dynamic batch; float, int64 and bool outputs; with input and expected files), net_fp16.pt2 and
 net_bf16.pt2 (half-precision exports), tensor files
 for pt2run (net_input.pt, net_expected.pt, a list file), and bad/*.pt2: damaged or foreign packages.
 """
@@ -79,6 +80,27 @@ def export_probe(library: Path, path: Path) -> None:
                    ops_libraries={"pt2rt_probe": library.name})
 
 
+class MultiIO(torch.nn.Module):
+    """Two inputs sharing the dynamic batch; float, int64 (above 2^53, where double has no odd numbers) and bool
+    outputs: joined --input files, list outputs, exact integer comparison."""
+    def forward(self, x, y):
+        return (torch.ops.my_ops.identity_conv_op(x) + y, x * y.sum(dim=(1, 2, 3), keepdim=True),
+                (x > 0).sum(dim=(1, 2, 3)) + 2**53, x > y)
+
+
+def export_multi_io(out: Path) -> None:
+    g = torch.Generator().manual_seed(11)
+    model = MultiIO()
+    example = (torch.randn(2, 3, 4, 4, generator=g), torch.randn(2, 3, 4, 4, generator=g))
+    export_package(model, example, out / "multi_io.pt2", dynamic_batch=(1, 8), golden=3, cpu_isa="default")
+    x, y = torch.randn(3, 3, 4, 4, generator=g), torch.randn(3, 3, 4, 4, generator=g)
+    torch.save(x, out / "multi_io_x.pt")
+    torch.save(y, out / "multi_io_y.pt")
+    torch.save([x, y], out / "multi_io_xy.pt")
+    with torch.no_grad():
+        torch.save(list(model(x, y)), out / "multi_io_expected.pt")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True, type=Path)
@@ -104,6 +126,7 @@ def main():
         export_package(half_model, half_inputs, out / f"{name}.pt2", golden=2)
 
     export_probe(args.probe_ops, out / "probe.pt2")
+    export_multi_io(out)
 
     x = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(7))
     torch.save(x, out / "net_input.pt")
@@ -191,6 +214,9 @@ def main():
     add_records(net, bad / "zip_slip.pt2", {folder + "/" + "../" * 16 + "tmp/pt2rt-zip-slip-target": b"overwritten"})
     add_records(net, bad / "second_library.pt2", {v["record"].rsplit("/", 1)[0] + "/other.wrapper.so": b"\x7fELF"
                                                    for v in read_spec(net)["variants"]})
+    # the local version ("+cpu", "+cu130") is not part of the ABI check
+    rewrite(net, bad / "other_local_version.pt2",
+            edit_spec=with_spec(torch_version=torch.__version__.split("+")[0] + "+cu999"))
     rewrite(net, bad / "missing_class.pt2", edit_spec=lambda s: {**s, "custom_classes": s["custom_classes"] + [
         {"name": "my_ops::NotThere", "namespace": "my_ops", "methods": ["forward"], "library": "libidentity_conv_ops.so"}]})
     rewrite(net, bad / "missing_op.pt2", edit_spec=lambda s: {**s, "custom_ops": s["custom_ops"] + [
@@ -228,12 +254,16 @@ def main():
         writer.write_bytes("data/other/readme.txt", b"a PT2 archive, but no AOTInductor model in it")
 
     # golden cases that do not match what the package computes: verify must fail, and say how
-    def with_outputs(edit):
-        out_cases = [[edit(i, t) for t in c.outputs] for i, c in enumerate(cases)]
+    def golden_record(cases, edit):
+        """The golden record of `cases` with edit(case index, output index, tensor) applied to every output."""
+        out_cases = [[edit(i, o, t) for o, t in enumerate(c.outputs)] for i, c in enumerate(cases)]
         buf = io.BytesIO()
         torch.save({"format": golden_format.FORMAT, "names": [c.name for c in cases],
                     "inputs": [c.inputs for c in cases], "outputs": out_cases}, buf)
         return {GOLDEN_RECORD: buf.getvalue()}
+
+    def with_outputs(edit):
+        return golden_record(cases, lambda i, o, t: edit(i, t))
 
     add_records(net, bad / "golden_wrong_values.pt2", with_outputs(lambda i, t: t + 0.5 if i == 1 else t))
     add_records(net, bad / "golden_wrong_shape.pt2", with_outputs(lambda i, t: t[:, :4].contiguous() if i == 0 else t))
@@ -241,6 +271,28 @@ def main():
     # NaN where the package computes a number: a mismatch, even though NaN equals NaN elsewhere
     add_records(net, bad / "golden_nan.pt2", with_outputs(
         lambda i, t: t.clone().index_fill_(1, torch.tensor([0]), float("nan")) if i == 2 else t))
+
+    # integer and bool outputs compare exactly (package-format.md), in their own type
+    multi = out / "multi_io.pt2"
+    multi_cases = read_golden(multi)
+
+    def int_off_by_one_where_double_cannot_tell(i, o, t):
+        if i != 0 or o != 2:
+            return t
+        # 2^53 + s + 1 rounds to 2^53 + s in double when s % 4 == 0
+        hit = (t - 2**53) % 4 == 0
+        assert hit.any(), t
+        return torch.where(hit, t + 1, t)
+
+    add_records(multi, bad / "golden_int_near_2p53.pt2", golden_record(multi_cases, int_off_by_one_where_double_cannot_tell))
+    tampered = out / "tmp_int_tolerance.pt2"
+    rewrite(multi, tampered, edit_spec=lambda s: {**s, "golden": {**s["golden"], "tolerances": {
+        **s["golden"]["tolerances"], "int64": {"rtol": 0.5, "atol": 5}, "bool": {"rtol": 1, "atol": 1}}}})
+    add_records(tampered, bad / "golden_int_within_a_tolerance.pt2",
+                golden_record(multi_cases, lambda i, o, t: t + 1 if (i, o) == (1, 2) else t))
+    add_records(tampered, bad / "golden_bool_flipped.pt2",
+                golden_record(multi_cases, lambda i, o, t: t.logical_not() if (i, o) == (2, 3) else t))
+    tampered.unlink()
 
     # what the exporter sees of this host and of torch's ISAs, for the runtime to check its own view against
     from export_tools import cpu

@@ -19,6 +19,7 @@
 #include <regex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 namespace fs = std::filesystem;
@@ -413,6 +414,68 @@ TEST(Pt2run, RunWritesWhatTorchLoadReads) {
   ASSERT_EQ(got.size(), 1u);
   EXPECT_TRUE(at::allclose(pt2rt::to_aten(got[0]), pt2rt::to_aten(expected[0]), 1.3e-6, 1e-5));
   fs::remove(out);
+}
+
+TEST(Pt2run, SeveralInputFilesAreJoinedInOrderAndSeveralOutputsWritten) {
+  // multi_io.pt2: (x, y) -> (op(x) + y, x * sum(y), count(x > 0) + 2^53, x > y); `--input x --input y` and one file
+  // holding [x, y] are the same inputs, and the four outputs are the eager model's, in order (float within
+  // tolerance, int64 and bool exactly). Swapped files give other values.
+  const fs::path dir = fs::temp_directory_path() / ("pt2run-multi-io-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const std::string run = kPt2run + " run " + kPackages + "/multi_io.pt2 --ops " + kOps + " ";
+  const std::string p = kPackages + "/";
+  ASSERT_EQ(shell(run + "--input " + p + "multi_io_x.pt --input " + p + "multi_io_y.pt -o " + (dir / "a.pt").string() +
+                  " 2>/dev/null"),
+            0);
+  ASSERT_EQ(shell(run + "--input " + p + "multi_io_xy.pt -o " + (dir / "b.pt").string() + " 2>/dev/null"), 0);
+  ASSERT_EQ(shell(run + "--input " + p + "multi_io_y.pt --input " + p + "multi_io_x.pt -o " + (dir / "c.pt").string() +
+                  " 2>/dev/null"),
+            0);
+  const auto expected = pt2rt::load_tensors(p + "multi_io_expected.pt");
+  ASSERT_EQ(expected.size(), 4u);
+  for (const char* name : {"a.pt", "b.pt"}) {
+    const auto got = pt2rt::load_tensors((dir / name).string());
+    ASSERT_EQ(got.size(), 4u) << name;
+    for (size_t i = 0; i < 2; ++i)
+      EXPECT_TRUE(at::allclose(pt2rt::to_aten(got[i]), pt2rt::to_aten(expected[i]), 1.3e-6, 1e-5)) << name << " " << i;
+    EXPECT_EQ(got[2].dtype(), pt2rt::DType::Int64);
+    EXPECT_EQ(got[3].dtype(), pt2rt::DType::Bool);
+    for (size_t i = 2; i < 4; ++i)
+      EXPECT_TRUE(at::equal(pt2rt::to_aten(got[i]), pt2rt::to_aten(expected[i]))) << name << " " << i;
+  }
+  const auto swapped = pt2rt::load_tensors((dir / "c.pt").string());
+  EXPECT_FALSE(at::equal(pt2rt::to_aten(swapped[3]), pt2rt::to_aten(expected[3])));
+  fs::remove_all(dir);
+}
+
+TEST(Verify, IntegerAndBoolOutputsCompareExactly) {
+  EXPECT_TRUE(pt2rt::Runtime::load(kPackages + "/multi_io.pt2", with_ops()).verify().passed());
+  // case, output: off by one where a comparison through double sees no difference (2^53 + 4k + 1); off by one
+  // under a spec whose int64 tolerance would allow it; one bool flipped under a bool tolerance of 1
+  for (const auto& [file, failing, output] : std::vector<std::tuple<std::string, size_t, int>>{
+           {"golden_int_near_2p53.pt2", 0, 2}, {"golden_int_within_a_tolerance.pt2", 1, 2},
+           {"golden_bool_flipped.pt2", 2, 3}}) {
+    const pt2rt::VerifyReport report = pt2rt::Runtime::load(kPackages + "/bad/" + file, with_ops()).verify();
+    ASSERT_EQ(report.cases.size(), 3u) << file;
+    for (size_t c = 0; c < 3; ++c) {
+      EXPECT_EQ(report.cases[c].passed, c != failing) << file << " case " << c << ": " << report.cases[c].reason;
+    }
+    EXPECT_EQ(report.cases[failing].reason.rfind("output " + std::to_string(output) + " differs", 0), 0u)
+        << file << ": " << report.cases[failing].reason;
+  }
+}
+
+TEST(RuntimeErrors, InputsSharingANamedDimMustAgreeOnIt) {
+  const pt2rt::Runtime rt = pt2rt::Runtime::load(kPackages + "/multi_io.pt2", with_ops());
+  const at::Tensor x4 = at::randn({4, 3, 4, 4}), y4 = at::randn({4, 3, 4, 4}), y5 = at::randn({5, 3, 4, 4});
+  EXPECT_ERROR(rt.run({view_of(x4), view_of(y5)}), pt2rt::ErrorCode::Input,
+               "input 1 (y): dim 0 (batch) is 5, but input 0 (x) has batch = 4");
+  EXPECT_EQ(rt.run({view_of(x4), view_of(y4)}).size(), 4u);
+}
+
+TEST(Documented, TheLocalVersionOfTorchIsNotCompared) {
+  // "2.13.0+cu999" against a "2.13.0+cpu" runtime: the same release, another build; only the release is the ABI.
+  EXPECT_TRUE(pt2rt::Runtime::load(kPackages + "/bad/other_local_version.pt2", with_ops()).verify().passed());
 }
 
 TEST(Pt2run, OutputFilesAreWhatTorchLoadReads) {

@@ -200,3 +200,15 @@ def test_wrong_path_suffix(tmp_path):
 
 def test_export_package_is_exported_at_top_level():
     assert export_tools.export_package is export_package
+
+
+def test_golden_compare_takes_integers_and_bools_exactly_whatever_the_tolerances():
+    from export_tools import golden
+    big = torch.tensor([2**53 + 4, 7])
+    loose = {"int64": (0.5, 5.0), "bool": (1.0, 1.0)}
+    assert golden.compare([big], [big.clone()], loose)[0]
+    assert not golden.compare([big], [big + torch.tensor([1, 0])], loose)[0]  # 2^53+5 == 2^53+4 in double
+    flags = torch.tensor([True, False])
+    assert not golden.compare([flags], [flags.logical_not()], loose)[0]
+    x = torch.tensor([1.0, 2.0])
+    assert golden.compare([x], [x + 1e-3], {"float32": (0.0, 1e-2)})[0]  # floats keep their tolerance
