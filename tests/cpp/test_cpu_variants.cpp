@@ -178,6 +178,24 @@ TEST(Variants, Pt2runInfoJsonListsVariantsAndTheSelectedOne) {
   EXPECT_NE(text.find("selected     " + std::string(has("avx512f") ? "avx512" : "avx2")), std::string::npos) << text;
 }
 
+TEST(Variants, Pt2runInfoJsonIsThePackagesSpecAsPythonReadsIt) {
+  // Read by another reader (export_tools.read_spec, through Python's zipfile), plus what this host selects.
+  const std::vector<std::string> names{"net_dynamic.pt2", "multi_io.pt2", "probe.pt2"};
+  std::string paths;
+  for (const auto& n : names) paths += " " + kPackages + "/" + n;
+  const auto python = nlohmann::json::parse(output_of(
+      std::string(PT2RT_PYTHON) +
+      " -c 'import json, sys; from export_tools import read_spec; print(json.dumps([read_spec(p) for p in sys.argv[1:]]))'" +
+      paths));
+  ASSERT_EQ(python.size(), names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    auto j = nlohmann::json::parse(output_of(std::string(PT2RUN_BINARY) + " info --json " + kPackages + "/" + names[i]));
+    EXPECT_TRUE(j.at("selected").is_string()) << names[i];
+    j.erase("selected");
+    EXPECT_EQ(j, python[i]) << names[i];
+  }
+}
+
 TEST(Variants, Pt2runHostJsonIsWhatTheRuntimeSees) {
   const auto j = nlohmann::json::parse(output_of(std::string(PT2RUN_BINARY) + " host --json"));
   EXPECT_EQ(j.at("arch"), pt2rt::host_arch());
