@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # GPU check, for a machine with an NVIDIA GPU and a CUDA build of torch (2.11 or newer) but no Conan,
 # no gtest and no package registry. Builds the ops library with plain CMake against that torch, runs the
-# op and class tests on CUDA (against float64 CPU references and the CPU kernels), prints a summary.
+# op and class tests on CUDA (against float64 CPU references and the CPU kernels), then the whole path on the GPU:
+# exports a device="cuda" package, verifies it in Python, and runs it with pt2run (C++, no Python) - verify, run
+# compared with the eager model, bench. The runtime needs build/gpu-deps (scripts/gpu-deps.sh on the Conan machine,
+# carried along); without it that part is skipped and says so. Prints a summary; exit 1 when anything failed.
 #   scripts/gpu-check.sh            PYTHON=python3.12 scripts/gpu-check.sh
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -23,9 +26,12 @@ read -r prefix arch torch_version gpu <<<"$info"
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-$arch}
 echo "gpu-check: $gpu (sm $arch), torch $torch_version, nvcc $(nvcc --version | grep -o 'release [0-9.]*')"
 
+DEPS=${PT2RT_DEPS_DIR:-$ROOT/build/gpu-deps}
+runtime=OFF; [ -d "$DEPS/include/nlohmann" ] && runtime=ON
 generator=(); command -v ninja >/dev/null && generator=(-G Ninja)
 cmake -S "$ROOT" -B "$BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" \
-  -DOPS_CUDA=ON -DPT2RT_BUILD_TESTS=OFF -DPT2RT_BUILD_RUNTIME=OFF >"$BUILD_DIR.configure.log" 2>&1 \
+  -DOPS_CUDA=ON -DPT2RT_BUILD_TESTS=OFF -DPT2RT_BUILD_RUNTIME=$runtime -DPT2RT_DEPS_DIR="$DEPS" \
+  >"$BUILD_DIR.configure.log" 2>&1 \
   || { tail -30 "$BUILD_DIR.configure.log"; echo "gpu-check: configure FAILED"; exit 1; }
 cmake --build "$BUILD_DIR" -j "$(nproc)" >"$BUILD_DIR.build.log" 2>&1 \
   || { grep -E "error|Error" -A3 "$BUILD_DIR.build.log" | head -60; echo "gpu-check: build FAILED"; exit 1; }
@@ -37,6 +43,42 @@ IDENTITY_CONV_OPS_LIBRARY=$lib PYTHONPATH=$ROOT "$PYTHON" -m pytest -q -p no:cac
   tests/python 2>&1 | tail -25
 rc=${PIPESTATUS[0]}
 echo "gpu-check: CUDA tests $([ "$rc" -eq 0 ] && echo PASSED || echo FAILED) in $(( $(date +%s) - start )) s"
+
+# The whole path on the GPU: a device="cuda" package, verified in Python, then run by pt2run.
+step() {  # step NAME COMMAND...: runs it, prints its last lines and PASSED/FAILED
+  local name=$1; shift
+  if out=$("$@" 2>&1); then echo "$out" | tail -6; echo "gpu-check: $name PASSED"
+  else echo "$out" | tail -15; echo "gpu-check: $name FAILED"; rc=1; fi
+}
+export IDENTITY_CONV_OPS_LIBRARY=$lib PYTHONPATH=$ROOT
+pkg=$BUILD_DIR.net_cuda.pt2
+step "export --device cuda" "$PYTHON" -m export_tools -q export --model export_tools.models:identity_conv_net \
+  --out "$pkg" --device cuda --dynamic-batch 1:32
+step "export-tools verify (Python, GPU)" "$PYTHON" -m export_tools -q verify "$pkg"
+if [ "$runtime" = ON ] && [ -x "$BUILD_DIR/bin/pt2run" ]; then
+  pt2run=$BUILD_DIR/bin/pt2run
+  step "pt2run info" "$pt2run" info "$pkg"
+  step "pt2run verify (C++, GPU)" "$pt2run" verify "$pkg" --ops "$lib"
+  "$PYTHON" - "$BUILD_DIR" <<'PY' || { echo "gpu-check: writing the input FAILED"; rc=1; }
+import sys, torch
+from export_tools import models
+model, _ = models.identity_conv_net()
+x = torch.randn(5, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+torch.save(x, sys.argv[1] + ".x.pt")
+with torch.no_grad():
+    torch.save(model.cuda()(x.cuda()).cpu(), sys.argv[1] + ".eager.pt")
+PY
+  step "pt2run run" "$pt2run" run "$pkg" --ops "$lib" --input "$BUILD_DIR.x.pt" --output "$BUILD_DIR.out.pt"
+  step "pt2run output equals eager on the GPU" "$PYTHON" -c "
+import sys, torch
+out, eager = torch.load(sys.argv[1]), torch.load(sys.argv[2])
+torch.testing.assert_close(out, eager, rtol=1.3e-6, atol=1e-5)
+print('max abs error', (out - eager).abs().max().item())" "$BUILD_DIR.out.pt" "$BUILD_DIR.eager.pt"
+  step "pt2run bench" "$pt2run" bench "$pkg" --ops "$lib" --iters 200
+else
+  echo "gpu-check: pt2run on the GPU SKIPPED: no $DEPS/include/nlohmann (run scripts/gpu-deps.sh on the Conan machine and carry build/gpu-deps)"
+  rc=1
+fi
 # The CUDA kernel benchmarks (op vs device-to-device copy, class vs cuDNN), ratios for docs/performance.md.
 IDENTITY_CONV_OPS_LIBRARY=$lib PYTHONPATH=$ROOT "$PYTHON" benchmarks/kernels_torch.py --device cuda \
   --json "$BUILD_DIR.bench-cuda.json" || rc=1

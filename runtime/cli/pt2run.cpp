@@ -196,6 +196,12 @@ std::vector<pt2rt::Tensor> read_inputs(const std::vector<std::string>& files, st
   return inputs;
 }
 
+// Tensor files hold CPU tensors; a CUDA package takes its inputs on the GPU.
+void to_package_device(std::vector<pt2rt::Tensor>& tensors, const pt2rt::Spec& spec) {
+  const auto device = spec.device == "cuda" ? pt2rt::Device::CUDA : pt2rt::Device::CPU;
+  for (auto& t : tensors) t = t.to(device);
+}
+
 std::vector<pt2rt::TensorView> views_of(const std::vector<pt2rt::Tensor>& ts) {
   std::vector<pt2rt::TensorView> v;
   for (const auto& t : ts) v.push_back(t.view());
@@ -225,8 +231,9 @@ class ModelStderr {
 int cmd_run(const std::string& package, const std::vector<std::string>& input_files, const std::string& output,
             const std::vector<std::string>& ops) {
   check_writable(output);
-  const auto inputs = read_inputs(input_files, input_file_limit(pt2rt::Runtime::read_spec(package)));
+  auto inputs = read_inputs(input_files, input_file_limit(pt2rt::Runtime::read_spec(package)));
   const pt2rt::Runtime rt = pt2rt::Runtime::load(package, options_for(ops, 1));
+  to_package_device(inputs, rt.spec());
   std::vector<pt2rt::Tensor> outputs;
   {
     const ModelStderr quiet;
@@ -290,7 +297,8 @@ int cmd_bench(const std::string& package, const std::vector<std::string>& ops, c
   }
   if (intra_op_threads > 0) pt2rt::set_num_threads(intra_op_threads);
   const pt2rt::Runtime rt = pt2rt::Runtime::load(package, options_for(ops, runners));
-  const auto inputs = input_files.empty() ? rt.example_inputs() : read_inputs(input_files, input_file_limit(rt.spec()));
+  auto inputs = input_files.empty() ? rt.example_inputs() : read_inputs(input_files, input_file_limit(rt.spec()));
+  to_package_device(inputs, rt.spec());
   const auto views = views_of(inputs);
 
   // Every run happens on the bench threads, warm-up included: each thread that runs a model gets an OpenMP team

@@ -248,7 +248,8 @@ detail::Golden read_golden(const detail::Package& package, const Spec& spec) {
 std::vector<Tensor> Runtime::example_inputs() const {
   const detail::Golden golden = read_golden(*impl_->package, impl_->spec);
   std::vector<Tensor> out;
-  for (const auto& t : golden.inputs.front()) out.push_back(detail::wrap(t));
+  const Device device = impl_->spec.device == "cuda" ? Device::CUDA : Device::CPU;
+  for (const auto& t : golden.inputs.front()) out.push_back(detail::wrap(t).to(device));
   return out;
 }
 

@@ -2,6 +2,7 @@
 #include "internal.h"
 
 #include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/cuda.h>
 
 #include <cstring>
 
@@ -149,6 +150,18 @@ TensorView Tensor::view() const {
 Tensor Tensor::to_cpu() const {
   if (device() == Device::CPU) return *this;
   return detail::wrap(impl_->t.cpu());
+}
+
+Tensor Tensor::to(Device device, int device_index) const {
+  if (device == Device::CPU) return to_cpu();
+  const int gpus = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
+  if (device_index < 0 || device_index >= gpus) {
+    throw Error(ErrorCode::Input, "cannot copy a tensor to cuda:" + std::to_string(device_index) + ": this host has " +
+                                      std::to_string(gpus) + " usable CUDA devices");
+  }
+  const at::Device target(at::kCUDA, static_cast<c10::DeviceIndex>(device_index));
+  if (impl_->t.device() == target) return *this;
+  return detail::wrap(impl_->t.to(target).contiguous());
 }
 
 namespace detail {

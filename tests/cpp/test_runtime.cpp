@@ -613,6 +613,20 @@ TEST(Documented, TensorCopyOfOwnsItsMemoryAndMutableDataWrites) {
   EXPECT_EQ(static_cast<const float*>(cpu.data())[5], -1.0f);
 }
 
+TEST(Documented, TensorToADevice) {
+  const at::Tensor a = at::arange(6, at::kFloat).reshape({2, 3});
+  const pt2rt::Tensor t = pt2rt::from_aten(a);
+  EXPECT_EQ(t.to(pt2rt::Device::CPU).data(), t.data()) << "already there: the tensor itself";
+  if (at::hasCUDA()) {
+    const pt2rt::Tensor g = t.to(pt2rt::Device::CUDA);
+    EXPECT_EQ(g.device(), pt2rt::Device::CUDA);
+    EXPECT_TRUE(at::equal(pt2rt::to_aten(g.to_cpu()), a));
+  } else {
+    EXPECT_ERROR(t.to(pt2rt::Device::CUDA), pt2rt::ErrorCode::Input,
+                 "cannot copy a tensor to cuda:0: this host has 0 usable CUDA devices");
+  }
+}
+
 TEST(Documented, AMovedRuntimeRunsAndKeepsItsFiles) {
   pt2rt::Runtime a = pt2rt::Runtime::load(kNet, with_ops());
   pt2rt::Runtime b = std::move(a);

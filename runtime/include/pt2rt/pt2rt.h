@@ -78,6 +78,9 @@ class PT2RT_API Tensor {
   TensorView view() const;
   // A contiguous copy on the CPU (this tensor itself when it is on the CPU already).
   Tensor to_cpu() const;
+  // A contiguous copy on `device` (this tensor itself when it is there already); an Input error when the device
+  // is a GPU this build or host does not have.
+  Tensor to(Device device, int device_index = 0) const;
 
   struct Impl;
   explicit Tensor(std::shared_ptr<Impl> impl);
@@ -209,7 +212,7 @@ class PT2RT_API Runtime {
   // Runs the package's golden cases here.
   VerifyReport verify() const;
   // The inputs of the package's first golden case (the example the model was exported with), on the CPU.
-  std::vector<Tensor> example_inputs() const;
+  std::vector<Tensor> example_inputs() const;  // on the package's device
   // The ops library files that were loaded for this package (absolute paths).
   const std::vector<std::string>& ops_libraries() const;
   // The CPU variant that was loaded.

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Fills build/gpu-deps with what the runtime needs besides torch, for a machine without Conan (the GPU check):
+# the nlohmann_json and CLI11 headers of the regular build's Conan packages, OpenSSL's headers and libcrypto.so.3
+# (used there only when that machine has no OpenSSL of its own). Carry build/gpu-deps to that machine; gpu-check.sh
+# then builds libpt2rt and pt2run with -DPT2RT_DEPS_DIR=build/gpu-deps. Needs a regular build (make build) first.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+DEST=$ROOT/build/gpu-deps
+GEN=$ROOT/build/cpu-release/generators
+folder() {  # the Conan package folder a generated <name>-release-x86_64-data.cmake names
+  local data=$GEN/$1-release-x86_64-data.cmake
+  [ -f "$data" ] || { echo "error: $data not found: run make build first" >&2; exit 1; }
+  sed -n "s/^set($2_PACKAGE_FOLDER_RELEASE \"\\\${CMAKE_CURRENT_LIST_DIR}\\(.*\\)\")/\\1/p" "$data" | sed "s|^|$GEN|"
+}
+rm -rf "$DEST"
+mkdir -p "$DEST/include" "$DEST/lib"
+cp -r "$(folder nlohmann_json nlohmann_json)/include/nlohmann" "$DEST/include/"
+cp -r "$(folder CLI11 cli11)/include/CLI" "$DEST/include/"
+[ -d /usr/include/openssl ] || { echo "error: OpenSSL headers not found (apt-get install libssl-dev)" >&2; exit 1; }
+cp -r /usr/include/openssl "$DEST/include/"
+cp /usr/include/x86_64-linux-gnu/openssl/*.h "$DEST/include/openssl/" 2>/dev/null || true
+cp -L /usr/lib/x86_64-linux-gnu/libcrypto.so.3 "$DEST/lib/"
+log "$(du -sh "$DEST" | cut -f1) in $DEST"
