@@ -26,6 +26,15 @@ mutant "tensor writer: one tensor as a tuple" runtime/src/tensor.cpp \
 mutant "registration not checked" runtime/src/ops_libraries.cpp \
   '  if (missing.empty()) return;' '  return;' \
   "ctest --test-dir $BUILD_DIR -R 'ops_lacks_the_ops|RuntimeErrors' --no-tests=error"
+mutant "num_runners ignored (always 1)" runtime/src/runtime.cpp \
+  'static_cast<size_t>(options.num_runners),' 'size_t{1},' \
+  "ctest --test-dir $BUILD_DIR -R '^Runners[.]' --no-tests=error"
+mutant "integers compared through double" runtime/src/runtime.cpp \
+  '  if (!at::isFloatingType(expected.scalar_type())) return at::equal(actual.cpu(), expected.cpu());' '' \
+  "ctest --test-dir $BUILD_DIR -R '^Verify[.]' --no-tests=error"
+mutant "spec integers accept floats" runtime/src/package.cpp \
+  '  if (!j.is_number_integer()) malformed' '  if (!j.is_number()) malformed' \
+  "ctest --test-dir $BUILD_DIR -R '^fuzz_replay_spec' --no-tests=error"
 
 BACKUP=$(mktemp)
 restored=1
@@ -38,7 +47,7 @@ for i in "${!NAME[@]}"; do
 done
 
 survived=0
-printf '%-34s %s\n' "mutant" "result"
+printf '%-38s %s\n' "mutant" "result"
 for i in "${!NAME[@]}"; do
   name=${NAME[$i]} file=${FILE[$i]} tests=${TESTS[$i]}
   cp "$file" "$BACKUP"
@@ -63,7 +72,7 @@ PY
   else
     result="killed"
   fi
-  printf '%-34s %s\n' "$name" "$result"
+  printf '%-38s %s\n' "$name" "$result"
   restore
 done
 [ "$survived" -eq 0 ] && echo "every mutant killed" || { echo "$survived mutant(s) survived"; exit 1; }
