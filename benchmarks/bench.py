@@ -89,7 +89,7 @@ PYTHON_LATENCY = r"""
 import json, sys, time, statistics, torch
 ops, package, inputs, iters, factory = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
 torch.ops.load_library(ops)
-import export_tools  # the fakes, so torch.compile can trace the ops
+import my_ops  # noqa: F401  (the fakes, so torch.compile can trace the ops)
 from export_tools import models
 x = torch.load(inputs)
 model, _ = getattr(models, factory)()

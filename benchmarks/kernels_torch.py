@@ -30,7 +30,7 @@ def main() -> None:
     parser.add_argument("--min-run-time", type=float, default=0.3)
     args = parser.parse_args()
 
-    import export_tools  # noqa: F401  (loads the ops library)
+    import my_ops  # noqa: F401  (loads the ops library, registers the fakes)
 
     dev = torch.device(args.device)
     results = {"device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu", "identity_op": [],

@@ -54,6 +54,8 @@ def _load_factory(spec: str):
         module = importlib.import_module(module_name)
     except ImportError as e:
         raise UsageError(f"cannot import module {module_name!r}: {e}") from e
+    except Exception as e:  # e.g. an ops package whose library is missing
+        raise UsageError(f"importing module {module_name!r} failed: {type(e).__name__}: {e}") from e
     factory = getattr(module, attr, None)
     if factory is None:
         raise UsageError(f"module {module_name!r} has no attribute {attr!r}")
@@ -76,8 +78,15 @@ def _load_factory(spec: str):
     return model, tuple(inputs)
 
 
+def _load_ops_libraries(args) -> None:
+    from .libraries import load_ops_library
+    for path in args.ops_library or []:
+        load_ops_library(path)
+
+
 def _cmd_export(args) -> int:
     from .export import export_package
+    _load_ops_libraries(args)
     model, inputs = _load_factory(args.model)
     metadata = dict(kv.split("=", 1) for kv in args.metadata) if args.metadata else None
     export_package(model, inputs, args.out, dynamic_batch=args.dynamic_batch, golden=args.golden,
@@ -88,6 +97,7 @@ def _cmd_export(args) -> int:
 
 def _cmd_graph(args) -> int:
     from .export import _export
+    _load_ops_libraries(args)
     model, inputs = _load_factory(args.model)
     ep = _export(model.eval(), list(inputs), args.dynamic_batch)
     print(ep.graph_module.print_readable(print_output=False) if args.readable else ep.graph)
@@ -130,6 +140,7 @@ def _cmd_inspect(args) -> int:
 
 def _cmd_verify(args) -> int:
     from .export import verify_package
+    _load_ops_libraries(args)
     report = verify_package(args.package)
     if not report:
         print(f"{args.package}: none of its CPU variants runs on this machine; nothing was verified", file=sys.stderr)
@@ -139,11 +150,6 @@ def _cmd_verify(args) -> int:
         print(f"{status} {r['variant']:<8} {r['name']:<24} max abs {r['max_abs_error']:.3g}  max rel {r['max_rel_error']:.3g}"
               + (f"  {r['reason']}" if r["reason"] else ""))
     return EXIT_OK if all(r["passed"] for r in report) else EXIT_MISMATCH
-
-
-def _cmd_demo_ops(args) -> int:
-    from . import demo
-    return demo.demo_ops()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -165,6 +171,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "avx2,avx512 runs on any AVX2 host and at full speed on AVX-512 ones")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--metadata", action="append", metavar="KEY=VALUE", help="extra metadata for the spec (repeatable)")
+    p.add_argument("--ops-library", action="append", metavar="PATH",
+                   help="an ops library to load first (repeatable); libraries the model's own imports load are "
+                        "found without it")
     p.set_defaults(func=_cmd_export)
 
     p = sub.add_parser("graph", help="print the exported graph of a model",
@@ -172,6 +181,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, metavar="MODULE:FACTORY")
     p.add_argument("--dynamic-batch", type=_dynamic_batch, metavar="MIN:MAX")
     p.add_argument("--readable", action="store_true", help="Python code instead of the FX graph")
+    p.add_argument("--ops-library", action="append", metavar="PATH",
+                   help="an ops library to load first (repeatable); libraries the model's own imports load are "
+                        "found without it")
     p.set_defaults(func=_cmd_graph)
 
     p = sub.add_parser("inspect", help="print the spec of a package", description="Print the spec of a .pt2 package.")
@@ -183,10 +195,11 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Load each CPU variant of a package that this machine runs (in Python) and check its "
                                    "golden cases. Exit 1 when a case does not match or no variant runs here.")
     p.add_argument("package", type=Path)
+    p.add_argument("--ops-library", action="append", metavar="PATH",
+                   help="an ops library to load first (repeatable); libraries the model's own imports load are "
+                        "found without it")
     p.set_defaults(func=_cmd_verify)
 
-    p = sub.add_parser("demo-ops", help="run the op and the class on a small input")
-    p.set_defaults(func=_cmd_demo_ops)
     return parser
 
 
@@ -199,17 +212,11 @@ def main(argv=None) -> int:
             logging.getLogger(noisy).setLevel(logging.ERROR)
         import warnings
         warnings.filterwarnings("ignore")
+    from .export import ExportError
+    from .libraries import OpsLibraryError
     try:
-        from . import ops
-        ops.load_library()
-        from .export import ExportError
-        try:
-            return args.func(args)
-        except (ExportError, UsageError) as e:
-            return _fail(args, e)
-    except UsageError as e:
-        return _fail(args, e)
-    except ops.OpsLibraryError as e:
+        return args.func(args)
+    except (ExportError, UsageError, OpsLibraryError) as e:
         return _fail(args, e)
 
 

@@ -19,7 +19,7 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from . import cpu, ops
+from . import cpu, libraries
 from . import golden as _golden
 
 log = logging.getLogger("export_tools")
@@ -53,7 +53,7 @@ def export_package(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor
                    *, dynamic_batch: tuple[int, int] | None = None, golden: int = 4,
                    cpu_isa: str | Sequence[str] | None = None,
                    device: str = "cpu", metadata: dict[str, str] | None = None,
-                   ops_libraries: dict[str, str] | None = None,
+                   ops_libraries: Sequence[str | os.PathLike] = (),
                    tolerances: dict[str, tuple[float, float]] | None = None) -> Path:
     """Export `model` to a self-describing, self-verifying AOTInductor package at `package_path` (.pt2).
 
@@ -63,11 +63,17 @@ def export_package(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor
         -march=native), or the portable x86-64 levels "avx512", "avx2", "default" (no SIMD); a sequence or a
         comma-separated string for several (e.g. ("avx2", "avx512")). The runtime loads the best one the CPU runs.
     device: "cpu" or "cuda". metadata: extra str -> str pairs stored in the spec.
-    ops_libraries: namespace -> library file name, for custom-op namespaces other than my_ops.
+    ops_libraries: paths of ops libraries to load (load_ops_library) before exporting. Libraries loaded otherwise
+        (an ops package's import, torch.ops.load_library) are found too; see export_tools.libraries.
     tolerances: dtype name -> (rtol, atol) overriding torch.testing's defaults for the golden check.
     """
     path = Path(package_path)
     inputs = _check_arguments(model, example_inputs, path, dynamic_batch, golden, device, metadata)
+    try:
+        for library in ops_libraries:
+            libraries.load_ops_library(library)
+    except libraries.OpsLibraryError as e:
+        raise ExportError(str(e)) from None
     try:
         variant_names = cpu.parse_names(cpu_isa) if device == "cpu" else [cpu.NATIVE]
     except cpu.CpuVariantError as e:
@@ -89,7 +95,7 @@ def export_package(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor
     with _stage("export"):
         ep = _export(model, inputs, dynamic_batch)
         used = _custom_calls(ep)
-        spec = _spec(ep, path, device, dynamic_batch, used, ops_libraries, metadata, len(expected))
+        spec = _spec(ep, path, device, dynamic_batch, used, metadata, len(expected))
 
     with _stage("golden cases"):
         cases = _golden.make_cases(run, inputs, golden, dynamic_batch)
@@ -199,7 +205,7 @@ def _export(model, inputs, dynamic_batch) -> torch.export.ExportedProgram:
 
 def _custom_calls(ep: torch.export.ExportedProgram) -> dict[str, Any]:
     """The custom ops and classes the graph calls; checks that each torchbind object is used via call_torchbind."""
-    ops_used: set[str] = set()
+    ops_used: dict[str, torch._ops.OpOverload] = {}
     classes: dict[str, set[str]] = {}
     called_objects: set[str] = set()
     call_torchbind = torch.ops.higher_order.call_torchbind
@@ -218,12 +224,12 @@ def _custom_calls(ep: torch.export.ExportedProgram) -> dict[str, Any]:
             qualified = _class_name(obj if obj is not None else obj_node.meta.get("val"))
             classes.setdefault(qualified, set()).add(str(method))
         elif isinstance(target, torch._ops.OpOverload) and target.namespace not in _BUILTIN_NAMESPACES:
-            ops_used.add(target._schema.name)
+            ops_used[str(target)] = target
     for name, value in ep.constants.items():
         if isinstance(value, torch.ScriptObject) and name not in called_objects:
             raise ExportError(f"the model holds a {_class_name(value)} object ({name}) that the exported graph "
                               f"does not call through call_torchbind")
-    return {"ops": sorted(ops_used), "classes": {k: sorted(v) for k, v in sorted(classes.items())}}
+    return {"ops": dict(sorted(ops_used.items())), "classes": {k: sorted(v) for k, v in sorted(classes.items())}}
 
 
 def _class_name(obj: Any) -> str:
@@ -235,13 +241,11 @@ def _class_name(obj: Any) -> str:
     return f"{parts[-2]}::{parts[-1]}" if len(parts) >= 2 else str(qualified)
 
 
-def _library_for(namespace: str, ops_libraries: dict[str, str] | None) -> str:
-    if ops_libraries and namespace in ops_libraries:
-        return Path(ops_libraries[namespace]).name
-    if namespace == ops.NAMESPACE:
-        return ops.library_path().name
-    raise ExportError(f"the graph uses custom namespace {namespace!r}, but which library provides it is not known; "
-                      f"pass ops_libraries={{{namespace!r}: 'libyour_ops.so'}}")
+def _library_for(namespace: str) -> str:
+    try:
+        return libraries.provider_of(namespace).name
+    except libraries.OpsLibraryError as e:
+        raise ExportError(str(e)) from None
 
 
 def _dims(t: torch.Tensor, ep: torch.export.ExportedProgram, batch_name: str | None) -> tuple[list[int], list[dict]]:
@@ -263,7 +267,7 @@ def _dims(t: torch.Tensor, ep: torch.export.ExportedProgram, batch_name: str | N
     return shape, dynamic
 
 
-def _spec(ep, path: Path, device, dynamic_batch, used, ops_libraries, metadata, n_outputs) -> dict[str, Any]:
+def _spec(ep, path: Path, device, dynamic_batch, used, metadata, n_outputs) -> dict[str, Any]:
     batch_name = "batch" if dynamic_batch else None
     sig = ep.graph_signature
     placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
@@ -279,10 +283,12 @@ def _spec(ep, path: Path, device, dynamic_batch, used, ops_libraries, metadata, 
         shape, dynamic = _dims(val, ep, batch_name)
         outputs.append({"name": f"output_{i}", "dtype": _golden.dtype_name(val.dtype), "shape": shape,
                         "dynamic_dims": dynamic})
-    custom_ops = [{"name": op, "namespace": op.split("::")[0], "library": _library_for(op.split("::")[0], ops_libraries)}
-                  for op in used["ops"]]
+    custom_ops = [{"name": op._schema.name, "overload": op._schema.overload_name,
+                   "namespace": op.namespace, "schema": libraries.op_schema(op), "library": _library_for(op.namespace)}
+                  for op in used["ops"].values()]
     custom_classes = [{"name": cls, "namespace": cls.split("::")[0], "methods": methods,
-                       "library": _library_for(cls.split("::")[0], ops_libraries)}
+                       "method_schemas": libraries.class_method_schemas(cls, methods),
+                       "library": _library_for(cls.split("::")[0])}
                       for cls, methods in used["classes"].items()]
     return {
         "format": SPEC_FORMAT,
@@ -444,6 +450,7 @@ def verify_package(package_path: str | os.PathLike,
     """Run each CPU variant that this machine can execute (a CUDA package's one) on the golden cases in Python;
     one report entry per variant and case. Variants this CPU cannot run are left out."""
     spec = read_spec(package_path)
+    libraries.check_registered(spec)
     table = {k: (v["rtol"], v["atol"]) for k, v in spec["golden"]["tolerances"].items()}
     table.update(tolerances or {})
     cases = read_golden(package_path)

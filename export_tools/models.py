@@ -1,10 +1,10 @@
-"""Example models. Each factory returns (model, example_inputs), the shape `export --model MODULE:FACTORY` takes."""
+"""Example models, users of the example ops package my_ops. Each factory returns (model, example_inputs), the shape
+`export --model MODULE:FACTORY` takes."""
 
 from __future__ import annotations
 
+import my_ops  # noqa: F401  loads the ops library and registers its fakes
 import torch
-
-from . import ops
 
 
 class IdentityConvNet(torch.nn.Module):
@@ -12,7 +12,6 @@ class IdentityConvNet(torch.nn.Module):
 
     def __init__(self, channels: int = 3, kernel_size: int = 3, out_channels: int = 8):
         super().__init__()
-        ops.load_library()
         self.depthwise = torch.classes.my_ops.IdentityConvClass(channels, kernel_size)
         self.conv = torch.nn.Conv2d(channels, out_channels, kernel_size=3, padding=1)
 
@@ -27,7 +26,6 @@ class IdentityConvOpOnly(torch.nn.Module):
 
     def __init__(self):
         super().__init__()
-        ops.load_library()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.ops.my_ops.identity_conv_op(x)
@@ -61,7 +59,6 @@ class ConvHeavyNet(torch.nn.Module):
 
     def __init__(self, width: int = 32):
         super().__init__()
-        ops.load_library()
         self.stem = torch.nn.Conv2d(3, width, 3, padding=1)
         self.depthwise = torch.classes.my_ops.IdentityConvClass(width, 3)
         self.pointwise = torch.nn.Conv2d(width, 2 * width, 1)

@@ -38,6 +38,11 @@ if ! cmp -s "$requirements" "$stamp"; then
   "$PYTHON" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e "$ROOT"
   cp "$requirements" "$stamp"
 fi
+# the example ops library's Python package (import my_ops)
+if ! "$PYTHON" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('my_ops') is None)"; then
+  log "pip install -e ops/python (my_ops)"
+  "$PYTHON" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e "$ROOT/ops/python"
+fi
 
 # Conan ----------------------------------------------------------------------------------------
 conan=$VENV/bin/conan

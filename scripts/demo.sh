@@ -9,7 +9,7 @@ mkdir -p "$MODELS"
 cd "$ROOT"
 
 log "the ops library from Python"
-"$PYTHON" -m export_tools demo-ops
+"$PYTHON" -m my_ops
 
 # Portable packages: dist/ is meant to be copied to other machines, so each package holds an x86-64 baseline
 # variant (runs anywhere), AVX2 and AVX-512 ones; pt2run loads the best this CPU runs. (export's own default is
@@ -25,7 +25,7 @@ log "export identity_conv_op_only (static, CPU variants $CPU_ISA) -> build/model
 log "what the package says about itself"
 "$PYTHON" -m export_tools inspect "$MODELS/identity_conv_net.pt2"
 log "its golden cases, run in Python"
-"$PYTHON" -m export_tools -q verify "$MODELS/identity_conv_net.pt2"
+"$PYTHON" -m export_tools -q verify "$MODELS/identity_conv_net.pt2" --ops-library "$BUILD_DIR/lib/libidentity_conv_ops.so"
 
 DIST=$ROOT/dist
 log "install the bundle -> dist/ (pt2run, libpt2rt, the ops library, the libtorch it needs, the model)"

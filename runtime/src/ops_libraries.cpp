@@ -84,8 +84,40 @@ std::string qualified_class(const std::string& name) {
   return "__torch__.torch.classes." + name.substr(0, sep) + "." + name.substr(sep == std::string::npos ? 0 : sep + 2);
 }
 
-bool op_registered(const std::string& name) {
-  return c10::Dispatcher::singleton().findSchema(c10::OperatorName(name, "")).has_value();
+bool op_registered(const CustomOpSpec& op) {
+  return c10::Dispatcher::singleton().findSchema(c10::OperatorName(op.name, op.overload)).has_value();
+}
+
+template <typename T>
+std::string printed(const T& value) {
+  std::ostringstream os;
+  os << value;
+  return os.str();
+}
+
+// Registered, but with other schemas than the package was exported against: another build of the library.
+std::vector<std::string> schema_mismatches(const Spec& spec) {
+  std::vector<std::string> out;
+  const auto differs = [&](const CustomOpSpec& item, const std::string& exported, const std::string& have) {
+    out.push_back(item.name + " (from " + item.library + "): the package was exported against '" + exported +
+                  "', the loaded library registers '" + have + "'");
+  };
+  for (const auto& op : spec.custom_ops) {
+    const auto handle = c10::Dispatcher::singleton().findSchema(c10::OperatorName(op.name, op.overload));
+    if (op.schema.empty() || !handle) continue;
+    const std::string have = printed(handle->schema());
+    if (have != op.schema) differs(op, op.schema, have);
+  }
+  for (const auto& cls : spec.custom_classes) {
+    const auto type = torch::getCustomClass(qualified_class(cls.name));
+    if (!type) continue;
+    for (const auto& [method, exported] : cls.method_schemas) {
+      const auto* fn = type->findMethod(method);
+      const std::string have = fn ? printed(fn->getSchema()) : "no method " + method;
+      if (have != exported) differs(cls, exported, have);
+    }
+  }
+  return out;
 }
 
 bool class_registered(const std::string& name) { return torch::getCustomClass(qualified_class(name)) != nullptr; }
@@ -96,7 +128,7 @@ std::string namespace_of(const std::string& name) { return name.substr(0, name.f
 std::vector<std::string> missing_items(const Spec& spec) {
   std::vector<std::string> missing;
   for (const auto& op : spec.custom_ops) {
-    if (!op_registered(op.name)) missing.push_back("op " + op.name + " (from " + op.library + ")");
+    if (!op_registered(op)) missing.push_back("op " + op.name + " (from " + op.library + ")");
   }
   for (const auto& cls : spec.custom_classes) {
     if (!class_registered(cls.name)) missing.push_back("class " + cls.name + " (from " + cls.library + ")");
@@ -109,7 +141,7 @@ std::vector<std::string> missing_items(const Spec& spec) {
 void check_no_second_copy(const Spec& spec, const std::string& library) {
   std::set<std::string> lacking;
   for (const auto& op : spec.custom_ops) {
-    if (!op_registered(op.name)) lacking.insert(namespace_of(op.name));
+    if (!op_registered(op)) lacking.insert(namespace_of(op.name));
   }
   for (const auto& cls : spec.custom_classes) {
     if (!class_registered(cls.name)) lacking.insert(namespace_of(cls.name));
@@ -162,13 +194,22 @@ std::vector<std::string> load_ops_libraries(const Spec& spec, const std::string&
 }
 
 void check_registered(const Spec& spec, const std::vector<std::string>& loaded) {
-  const std::vector<std::string> missing = missing_items(spec);
-  if (missing.empty()) return;
-  std::string what, libs;
-  for (const auto& m : missing) what += (what.empty() ? "" : ", ") + m;
+  std::string libs;
   for (const auto& l : loaded) libs += (libs.empty() ? "" : ", ") + l;
-  throw Error(ErrorCode::OpsLibrary, "not registered after loading " + (libs.empty() ? std::string("no library") : libs) +
-                                         ": " + what);
+  if (libs.empty()) libs = "no library (all were loaded before)";
+  const std::vector<std::string> missing = missing_items(spec);
+  if (!missing.empty()) {
+    std::string what;
+    for (const auto& m : missing) what += (what.empty() ? "" : ", ") + m;
+    throw Error(ErrorCode::OpsLibrary, "not registered after loading " + libs + ": " + what);
+  }
+  const std::vector<std::string> stale = schema_mismatches(spec);
+  if (!stale.empty()) {
+    std::string what;
+    for (const auto& m : stale) what += (what.empty() ? "" : "; ") + m;
+    throw Error(ErrorCode::OpsLibrary, "the ops libraries are not the builds the package was exported with (loaded " +
+                                           libs + "): " + what + " - use those builds, or re-export");
+  }
 }
 
 }  // namespace pt2rt::detail

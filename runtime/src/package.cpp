@@ -111,6 +111,9 @@ CustomOpSpec parse_custom(const nlohmann::json& j) {
   c.ns = j.at("namespace").get<std::string>();
   c.library = j.at("library").get<std::string>();
   if (j.contains("methods")) c.methods = j.at("methods").get<std::vector<std::string>>();
+  if (j.contains("overload")) c.overload = j.at("overload").get<std::string>();
+  if (j.contains("schema")) c.schema = j.at("schema").get<std::string>();
+  if (j.contains("method_schemas")) c.method_schemas = j.at("method_schemas").get<std::map<std::string, std::string>>();
   return c;
 }
 

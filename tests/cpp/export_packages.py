@@ -20,15 +20,16 @@ from pathlib import Path
 
 import torch
 
+import my_ops
 import export_tools
-from export_tools import export_package, models, read_spec
+from export_tools import export_package, load_ops_library, models, read_spec
 from export_tools.export import SPEC_KEY
 
 
 def fingerprint(probe_ops: Path) -> str:
     h = hashlib.sha256(torch.__version__.encode())
-    for path in sorted(Path(export_tools.__file__).parent.glob("*.py")) + [Path(__file__), export_tools.library_path(),
-                                                                            probe_ops]:
+    sources = sorted(Path(export_tools.__file__).parent.glob("*.py")) + sorted(Path(my_ops.__file__).parent.glob("*.py"))
+    for path in sources + [Path(__file__), my_ops.library_path(), probe_ops]:
         h.update(path.read_bytes())
     return h.hexdigest()
 
@@ -69,15 +70,14 @@ def with_spec(**changes):
 
 def export_probe(library: Path, path: Path) -> None:
     """A model around pt2rt_probe::hold, the op that counts how many runs are in flight (probe_ops.cpp)."""
-    torch.ops.load_library(str(library))
+    load_ops_library(library)
     torch.library.register_fake("pt2rt_probe::hold")(lambda x, micros: torch.empty_like(x))
 
     class Probe(torch.nn.Module):
         def forward(self, x):
             return torch.ops.pt2rt_probe.hold(x * 2, 5000)
 
-    export_package(Probe(), [torch.randn(2, 3)], path, golden=1, cpu_isa="default",
-                   ops_libraries={"pt2rt_probe": library.name})
+    export_package(Probe(), [torch.randn(2, 3)], path, golden=1, cpu_isa="default")
 
 
 class MultiIO(torch.nn.Module):
@@ -219,6 +219,16 @@ def main():
             edit_spec=with_spec(torch_version=torch.__version__.split("+")[0] + "+cu999"))
     rewrite(net, bad / "missing_class.pt2", edit_spec=lambda s: {**s, "custom_classes": s["custom_classes"] + [
         {"name": "my_ops::NotThere", "namespace": "my_ops", "methods": ["forward"], "library": "libidentity_conv_ops.so"}]})
+    # another build of the ops library than the package was exported with
+    rewrite(net, bad / "stale_op_schema.pt2", edit_spec=lambda s: {**s, "custom_ops": [
+        {**o, "schema": o["schema"].replace("(Tensor x)", "(Tensor x, int k=3)")} for o in s["custom_ops"]]})
+    cls = "__torch__.torch.classes.my_ops.IdentityConvClass"
+    rewrite(net, bad / "stale_class_schema.pt2", edit_spec=lambda s: {**s, "custom_classes": [
+        {**c, "method_schemas": {**c["method_schemas"], "forward": f"forward({cls} _0, Tensor _1, Tensor _2) -> Tensor _0"}}
+        for c in s["custom_classes"]]})
+    rewrite(net, bad / "stale_class_method.pt2", edit_spec=lambda s: {**s, "custom_classes": [
+        {**c, "method_schemas": {**c["method_schemas"], "forward_v2": f"forward_v2({cls} _0) -> Tensor _0"}}
+        for c in s["custom_classes"]]})
     rewrite(net, bad / "missing_op.pt2", edit_spec=lambda s: {**s, "custom_ops": s["custom_ops"] + [
         {"name": "my_ops::not_there", "namespace": "my_ops", "library": "libidentity_conv_ops.so"}]})
     rewrite(net, bad / "library_path.pt2", edit_spec=lambda s: {**s, "libraries": ["../../tmp/x/libevil.so"]})

@@ -35,5 +35,12 @@ extern "C" __attribute__((visibility("default"))) int pt2rt_probe_take_most_in_f
   return most_in_flight.exchange(0);
 }
 
+// PT2RT_PROBE_V2: another build of the library whose op has another schema (the stale-library tests).
+#ifdef PT2RT_PROBE_V2
+at::Tensor hold_v2(const at::Tensor& x, int64_t micros, bool) { return hold(x, micros); }
+TORCH_LIBRARY(pt2rt_probe, m) { m.def("hold(Tensor x, int micros, bool twice=False) -> Tensor"); }
+TORCH_LIBRARY_IMPL(pt2rt_probe, CPU, m) { m.impl("hold", &hold_v2); }
+#else
 TORCH_LIBRARY(pt2rt_probe, m) { m.def("hold(Tensor x, int micros) -> Tensor"); }
 TORCH_LIBRARY_IMPL(pt2rt_probe, CPU, m) { m.impl("hold", &hold); }
+#endif

@@ -68,7 +68,7 @@ void skip_without_device(c10::DeviceType device) {
   if (device == c10::kCUDA && !at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
 }
 
-// The tolerances of tests/python/test_class.py for the same kernels: torch.testing's defaults, and for half
+// The tolerances of ops/tests/test_identity_conv_class.py for the same kernels: torch.testing's defaults, and for half
 // precision an atol of one rounding of the result (the kernel sums k*k products in float32 and rounds once; the
 // reference is float64 rounded once).
 std::pair<double, double> tolerances(at::ScalarType t) {

@@ -147,6 +147,22 @@ const Case kCases[] = {
     {"ops_lacks_the_ops", std::string("verify ") + kNet + " --ops " + PT2RT_LIBRARY, 4,
      "op my_ops::identity_conv_op (from libidentity_conv_ops.so)"},
     {"ops_none_found", "verify " + kP + "/bad/unknown_library.pt2", 4, "needs libnot_there.so, which was not found"},
+    // another build of the library than the package was exported with: a real one (same file name, other schema),
+    // then the spec's schemas edited for ops and classes
+    {"ops_stale_build", "verify " + kP + "/probe.pt2 --ops " + PT2RT_PROBE_OPS_V2_LIBRARY, 4,
+     "pt2rt_probe::hold (from libpt2rt_probe_ops.so): the package was exported against 'pt2rt_probe::hold(Tensor x, "
+     "int micros) -> Tensor', the loaded library registers 'pt2rt_probe::hold(Tensor x, int micros, bool "
+     "twice=False) -> Tensor'"},
+    {"ops_stale_op_schema", verify(kP + "/bad/stale_op_schema.pt2"), 4,
+     "my_ops::identity_conv_op (from libidentity_conv_ops.so): the package was exported against "
+     "'my_ops::identity_conv_op(Tensor x, int k=3) -> Tensor', the loaded library registers "
+     "'my_ops::identity_conv_op(Tensor x) -> Tensor'"},
+    {"ops_stale_class_schema", verify(kP + "/bad/stale_class_schema.pt2"), 4,
+     "my_ops::IdentityConvClass (from libidentity_conv_ops.so): the package was exported against "
+     "'forward(__torch__.torch.classes.my_ops.IdentityConvClass _0, Tensor _1, Tensor _2) -> Tensor _0', the loaded "
+     "library registers 'forward(__torch__.torch.classes.my_ops.IdentityConvClass _0, Tensor _1) -> Tensor _0'"},
+    {"ops_stale_class_method_gone", verify(kP + "/bad/stale_class_method.pt2"), 4,
+     "the loaded library registers 'no method forward_v2'"},
     // inputs
     {"input_count", run_with(kP + "/two_tensors.pt"), 5, "expected 1 input (x), got 2"},
     {"input_rank", run_with(kP + "/rank3.pt"), 5, "expected 4 dims [batch, 3, 32, 32], got 3 dims"},

@@ -1,29 +1,7 @@
 import pytest
 import torch
 
-import export_tools  # noqa: F401  (loads the ops library and registers the fakes)
-
-DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
-
-
-def _device_params():
-    return [
-        pytest.param("cpu", id="cpu"),
-        pytest.param("cuda", id="cuda", marks=[
-            pytest.mark.cuda,
-            pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
-        ]),
-    ]
-
-
-@pytest.fixture(params=_device_params())
-def device(request):
-    return request.param
-
-
-@pytest.fixture(params=DTYPES, ids=lambda d: str(d).removeprefix("torch."))
-def dtype(request):
-    return request.param
+import my_ops  # noqa: F401  (the example models use it: loads its library, registers the fakes)
 
 
 @pytest.fixture(autouse=True)

@@ -234,3 +234,46 @@ def test_verify_exits_1_when_a_golden_case_does_not_match(capsys, tmp_path, expo
     lines = stdout.splitlines()
     assert [line.split()[0] for line in lines] == ["ok", "ok", "FAIL", "ok"], stdout
     assert "max abs 1" in lines[2], stdout
+
+
+def _with_spec_edit(src, dst, edit):
+    """A copy of package `src` at `dst` whose pt2rt spec went through edit(spec) -> spec."""
+    import json
+
+    from torch.export.pt2_archive._package import PT2ArchiveReader, PT2ArchiveWriter
+
+    from export_tools.export import SPEC_KEY
+    with PT2ArchiveReader(str(src)) as reader, PT2ArchiveWriter(str(dst)) as writer:
+        for name in reader.get_file_names():
+            data = reader.read_bytes(name)
+            if name == ".data/serialization_id":
+                continue
+            if name.endswith("_metadata.json"):
+                metadata = json.loads(data)
+                metadata[SPEC_KEY] = json.dumps(edit(json.loads(metadata[SPEC_KEY])))
+                data = json.dumps(metadata).encode()
+            writer.write_bytes(name, data)
+    return dst
+
+
+def test_verify_refuses_a_library_that_registers_another_schema(capsys, tmp_path, exported):
+    """The stale-library case: the package was exported against one schema, the loaded library registers another."""
+    path, _, _ = exported("op_static")
+    stale = _with_spec_edit(path, tmp_path / "op_static.pt2", lambda s: {**s, "custom_ops": [
+        {**s["custom_ops"][0], "schema": "my_ops::identity_conv_op(Tensor x, int k) -> Tensor"}]})
+    code, _, err = run_cli(capsys, "-q", "verify", str(stale))
+    assert code == 2
+    assert ("op my_ops::identity_conv_op: the package was exported against 'my_ops::identity_conv_op(Tensor x, int k) "
+            "-> Tensor', the loaded library registers 'my_ops::identity_conv_op(Tensor x) -> Tensor'") in err, err
+    code, _, _ = run_cli(capsys, "-q", "verify", str(path))
+    assert code == 0
+
+
+def test_verify_names_a_library_that_is_not_loaded(capsys, tmp_path, exported):
+    path, _, _ = exported("op_static")
+    other = _with_spec_edit(path, tmp_path / "op_static.pt2", lambda s: {**s, "custom_ops": s["custom_ops"] + [
+        {"name": "other_ops::thing", "overload": "", "namespace": "other_ops", "schema": "other_ops::thing(Tensor x) -> Tensor",
+         "library": "libother_ops.so"}]})
+    code, _, err = run_cli(capsys, "-q", "verify", str(other))
+    assert code == 2
+    assert "op other_ops::thing (from libother_ops.so) is not registered" in err, err

@@ -34,10 +34,17 @@ def test_spec_matches_schema_and_model(exported):
                                "dynamic_dims": [{"dim": 0, "name": "batch", "min": 1, "max": 32}]}]
     assert spec["outputs"][0]["shape"] == [-1, 8, 32, 32]
     assert spec["outputs"][0]["dynamic_dims"][0]["name"] == "batch"
-    assert spec["custom_ops"] == [{"name": "my_ops::identity_conv_op", "namespace": "my_ops",
+    # the schemas as ops/identity_conv_op.cpp and identity_conv_class.cpp define them
+    assert spec["custom_ops"] == [{"name": "my_ops::identity_conv_op", "overload": "", "namespace": "my_ops",
+                                   "schema": "my_ops::identity_conv_op(Tensor x) -> Tensor",
                                    "library": "libidentity_conv_ops.so"}]
-    assert spec["custom_classes"] == [{"name": "my_ops::IdentityConvClass", "namespace": "my_ops",
-                                       "methods": ["forward"], "library": "libidentity_conv_ops.so"}]
+    cls = "__torch__.torch.classes.my_ops.IdentityConvClass"
+    assert spec["custom_classes"] == [{
+        "name": "my_ops::IdentityConvClass", "namespace": "my_ops", "methods": ["forward"],
+        "method_schemas": {"__getstate__": f"__getstate__({cls} _0) -> ((int, Tensor) _0)",
+                           "__setstate__": f"__setstate__({cls} _0, (int, Tensor) _1) -> NoneType _0",
+                           "forward": f"forward({cls} _0, Tensor _1) -> Tensor _0"},
+        "library": "libidentity_conv_ops.so"}]
     assert spec["libraries"] == ["libidentity_conv_ops.so"]
     assert spec["torch_version"] == torch.__version__
     assert spec["metadata"] == {"purpose": "tests"}
@@ -212,3 +219,28 @@ def test_golden_compare_takes_integers_and_bools_exactly_whatever_the_tolerances
     assert not golden.compare([flags], [flags.logical_not()], loose)[0]
     x = torch.tensor([1.0, 2.0])
     assert golden.compare([x], [x + 1e-3], {"float32": (0.0, 1e-2)})[0]  # floats keep their tolerance
+
+
+def test_an_op_no_loaded_library_provides_is_refused_with_what_to_do(tmp_path):
+    """Ops defined in Python (or by a library export_tools cannot attribute) have no library to record."""
+    lib = torch.library.Library("pt2rt_pyonly", "DEF")
+    lib.define("twice(Tensor x) -> Tensor")
+    lib.impl("twice", lambda x: x * 2, "CompositeExplicitAutograd")
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return torch.ops.pt2rt_pyonly.twice(x)
+
+    with pytest.raises(ExportError, match="the graph uses custom namespace 'pt2rt_pyonly', but which ops library "
+                                          "provides it is not known .*export_tools.load_ops_library"):
+        export_package(M(), (torch.randn(2),), tmp_path / "m.pt2")
+    assert not (tmp_path / "m.pt2").exists()
+
+
+def test_the_library_of_each_namespace_is_found_however_it_was_loaded():
+    """my_ops loads its library with torch.ops.load_library: found by the source path its namespace was defined at."""
+    from export_tools import libraries
+    import my_ops
+    assert libraries.provider_of("my_ops") == my_ops.library_path()
+    with pytest.raises(libraries.OpsLibraryError, match="'aten'"):
+        libraries.provider_of("aten")

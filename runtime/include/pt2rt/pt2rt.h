@@ -110,6 +110,10 @@ struct CustomOpSpec {
   std::string ns;
   std::string library;    // "libidentity_conv_ops.so"
   std::vector<std::string> methods;  // classes only
+  // What the package was exported against, checked after loading (empty in packages that predate them):
+  std::string overload;  // ops: the overload name, "" for the default
+  std::string schema;    // ops: "my_ops::identity_conv_op(Tensor x) -> Tensor"
+  std::map<std::string, std::string> method_schemas;  // classes: method name -> schema
 };
 
 // One compile of the model for one kind of CPU (export --cpu-isa): a package holds one or more.

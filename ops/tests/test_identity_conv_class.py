@@ -54,7 +54,7 @@ def test_forward_matches_depthwise_conv2d(k, hw, dtype, device):
 
 BASELINE = r"""
 import sys, torch
-import export_tools
+import my_ops
 torch.manual_seed(0)
 outs = []
 for k in (1, 3, 5, 7):

@@ -1,14 +1,16 @@
-"""The op and the class at work from Python, for `make demo`."""
+"""`python -m my_ops`: the op and the class at work from Python (make demo)."""
+
+import sys
 
 import torch
 import torch.nn.functional as F
 
-from . import ops
+from . import library_path
 
 
 def demo_ops() -> int:
     torch.manual_seed(0)
-    print(f"ops library: {ops.library_path()}  (torch {torch.__version__})")
+    print(f"ops library: {library_path()}  (torch {torch.__version__})")
     x = torch.randn(2, 3, 8, 8)
     y = torch.ops.my_ops.identity_conv_op(x)
     print(f"my_ops.identity_conv_op: output equals input: {torch.equal(x, y)}, new memory: "
@@ -25,3 +27,7 @@ def demo_ops() -> int:
     print(f"pickle round trip keeps the weight: {torch.equal(restored.get_weight(), weight)}")
     ok = torch.equal(x, y) and err < 1e-5 and torch.equal(restored.get_weight(), weight)
     return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(demo_ops())
