@@ -152,6 +152,17 @@ def _cmd_verify(args) -> int:
     return EXIT_OK if all(r["passed"] for r in report) else EXIT_MISMATCH
 
 
+def _cmd_new_op(args) -> int:
+    from .scaffold import ScaffoldError, write_project
+    try:
+        files = write_project(args.name, args.out)
+    except ScaffoldError as e:
+        raise UsageError(str(e)) from None
+    for f in files:
+        print(f)
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="export-tools", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-q", "--quiet", action="store_true", help="print only results and errors")
@@ -200,6 +211,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "found without it")
     p.set_defaults(func=_cmd_verify)
 
+    p = sub.add_parser("new-op", help="write a buildable ops project for your own operator",
+                       description="Write DIR with a CMake project (pt2rt_add_ops_library), NAMESPACE::OP's schema and "
+                                   "CPU/CUDA kernels to edit, a Python package <namespace>_ops that loads the library "
+                                   "and registers the fake, and tests. DIR/README.md says how to build and use it.")
+    p.add_argument("name", metavar="NAMESPACE::OP")
+    p.add_argument("--out", required=True, type=Path, metavar="DIR", help="a new (or empty) directory")
+    p.set_defaults(func=_cmd_new_op)
     return parser
 
 

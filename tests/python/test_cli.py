@@ -277,3 +277,29 @@ def test_verify_names_a_library_that_is_not_loaded(capsys, tmp_path, exported):
     code, _, err = run_cli(capsys, "-q", "verify", str(other))
     assert code == 2
     assert "op other_ops::thing (from libother_ops.so) is not registered" in err, err
+
+
+@pytest.mark.parametrize("name, message", [
+    ("scale2", "expected NAMESPACE::OP in lower case"),
+    ("Acme::Scale", "expected NAMESPACE::OP in lower case"),
+    ("acme::", "expected NAMESPACE::OP in lower case"),
+    ("aten::scale2", "namespace 'aten' is taken"),
+    ("my_ops::scale2", "namespace 'my_ops' is taken"),
+])
+def test_new_op_refuses_bad_names(capsys, tmp_path, name, message):
+    code, _, err = run_cli(capsys, "new-op", name, "--out", str(tmp_path / "proj"))
+    assert code == 2 and message in err, err
+    assert not (tmp_path / "proj").exists()
+
+
+def test_new_op_writes_the_project_and_never_over_a_users_files(capsys, tmp_path):
+    code, out, _ = run_cli(capsys, "new-op", "acme::scale2", "--out", str(tmp_path / "proj"))
+    assert code == 0
+    written = sorted(str(p.relative_to(tmp_path / "proj")) for p in (tmp_path / "proj").rglob("*") if p.is_file())
+    assert written == ["CMakeLists.txt", "README.md", "csrc/scale2.cpp", "csrc/scale2_cuda.cu",
+                       "python/acme_ops/__init__.py", "tests/test_scale2.py"]
+    assert 'm.def("scale2(Tensor x) -> Tensor")' in (tmp_path / "proj/csrc/scale2.cpp").read_text()
+    before = (tmp_path / "proj/csrc/scale2.cpp").read_text()
+    code, _, err = run_cli(capsys, "new-op", "acme::other", "--out", str(tmp_path / "proj"))
+    assert code == 2 and "exists and is not an empty directory" in err
+    assert (tmp_path / "proj/csrc/scale2.cpp").read_text() == before

@@ -1,0 +1,224 @@
+"""`export-tools new-op NAMESPACE::OP --out DIR`: a buildable ops project to start a user's own operator from.
+
+DIR/CMakeLists.txt         builds lib<ns>_ops.so with pt2rt_add_ops_library (find_package(pt2rt) from a dist/)
+DIR/csrc/<op>.cpp          the schema NAMESPACE::OP(Tensor x) -> Tensor and a working CPU kernel (2 * x) to edit
+DIR/csrc/<op>_cuda.cu      its CUDA kernel (built when the torch found has CUDA)
+DIR/python/<ns>_ops/       `import <ns>_ops` loads DIR/build/lib<ns>_ops.so (or $<NS>_OPS_LIBRARY), registers the fake
+DIR/tests/test_<op>.py     the kernel against a reference, torch.library.opcheck
+DIR/README.md              how to build, test, export and run it
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+# namespaces torch and the runtime own
+_RESERVED = {"aten", "prim", "prims", "quantized", "_quantized", "cuda", "higher_order", "inductor", "torch", "c10",
+             "my_ops"}
+
+
+class ScaffoldError(ValueError):
+    pass
+
+
+def parse_name(qualified: str) -> tuple[str, str]:
+    ns, sep, op = qualified.partition("::")
+    if not sep or not _NAME.match(ns) or not _NAME.match(op):
+        raise ScaffoldError(f"expected NAMESPACE::OP in lower case (letters, digits, _; e.g. acme::scale2), "
+                            f"got {qualified!r}")
+    if ns in _RESERVED:
+        raise ScaffoldError(f"namespace {ns!r} is taken (by torch or the example ops); choose your own")
+    return ns, op
+
+
+def write_project(qualified: str, out: Path) -> list[Path]:
+    """Write the project into `out` (which must not exist or be empty); returns the files written."""
+    ns, op = parse_name(qualified)
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ScaffoldError(f"{out} exists and is not an empty directory; choose a new one")
+    files = {
+        "CMakeLists.txt": _CMAKE,
+        f"csrc/{op}.cpp": _CPU,
+        f"csrc/{op}_cuda.cu": _CUDA,
+        f"python/{ns}_ops/__init__.py": _PYTHON,
+        f"tests/test_{op}.py": _TEST,
+        "README.md": _README,
+    }
+    written = []
+    for rel, template in files.items():
+        path = out / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = (template.replace("@NS@", ns).replace("@OP@", op).replace("@NS_UPPER@", ns.upper())
+                .replace("@QUALIFIED@", f"{ns}::{op}"))
+        path.write_text(text.lstrip("\n"))
+        written.append(path)
+    return written
+
+
+_CMAKE = """
+# lib@NS@_ops.so: the @NS@ ops, loadable by Python (import @NS@_ops) and by the pt2rt runtime alike.
+#   cmake -S . -B build -DCMAKE_PREFIX_PATH="<pt2rt dist>;$(python -c 'import torch; print(torch.utils.cmake_prefix_path)')"
+#   cmake --build build
+cmake_minimum_required(VERSION 3.25)
+project(@NS@_ops LANGUAGES CXX)
+find_package(Torch REQUIRED)
+if(TARGET torch_cuda)
+  enable_language(CUDA)  # the .cu kernels; with a CPU-only torch they are left out
+endif()
+find_package(pt2rt REQUIRED)  # pt2rt_add_ops_library
+pt2rt_add_ops_library(@NS@_ops SOURCES csrc/@OP@.cpp csrc/@OP@_cuda.cu)
+set_target_properties(@NS@_ops PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})
+"""
+
+_CPU = """
+// @QUALIFIED@(Tensor x) -> Tensor: the schema (one TORCH_LIBRARY block per namespace, in one library) and the
+// CPU kernel. The kernel computes 2 * x: edit the loop, and the reference in tests/test_@OP@.py with it.
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <torch/library.h>
+
+namespace {
+
+at::Tensor @OP@_cpu(const at::Tensor& x) {
+  TORCH_CHECK(x.is_floating_point(), "@QUALIFIED@: expected a floating-point tensor, got ", x.scalar_type());
+  const at::Tensor in = x.contiguous();
+  at::Tensor out = at::empty(in.sizes(), in.options());  // contiguous, as the fake says
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, in.scalar_type(), "@OP@_cpu", [&] {
+    const scalar_t* src = in.const_data_ptr<scalar_t>();
+    scalar_t* dst = out.mutable_data_ptr<scalar_t>();
+    for (int64_t i = 0; i < in.numel(); ++i) dst[i] = static_cast<scalar_t>(2.0f * static_cast<float>(src[i]));
+  });
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY(@NS@, m) { m.def("@OP@(Tensor x) -> Tensor"); }
+
+TORCH_LIBRARY_IMPL(@NS@, CPU, m) { m.impl("@OP@", &@OP@_cpu); }
+"""
+
+_CUDA = """
+// The CUDA kernel of @QUALIFIED@ (built when the torch found has CUDA): same result as the CPU kernel.
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include <algorithm>
+
+namespace {
+
+template <typename T>
+__global__ void @OP@_kernel(const T* src, T* dst, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    dst[i] = static_cast<T>(2.0f * static_cast<float>(src[i]));
+  }
+}
+
+at::Tensor @OP@_cuda(const at::Tensor& x) {
+  TORCH_CHECK(x.is_floating_point(), "@QUALIFIED@: expected a floating-point tensor, got ", x.scalar_type());
+  const c10::cuda::CUDAGuard guard(x.device());
+  const at::Tensor in = x.contiguous();
+  at::Tensor out = at::empty(in.sizes(), in.options());
+  const int64_t n = in.numel();
+  if (n == 0) return out;
+  const int threads = 256;
+  const int blocks = static_cast<int>(std::min<int64_t>((n + threads - 1) / threads, 65535));
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, in.scalar_type(), "@OP@_cuda", [&] {
+    @OP@_kernel<scalar_t><<<blocks, threads, 0, at::cuda::getCurrentCUDAStream()>>>(
+        in.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), n);
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(@NS@, CUDA, m) { m.impl("@OP@", &@OP@_cuda); }
+"""
+
+_PYTHON = '''
+"""@NS@_ops: `import @NS@_ops` loads lib@NS@_ops.so and registers the fake of @QUALIFIED@ (tracing, torch.compile,
+torch.export need it). The library: $@NS_UPPER@_OPS_LIBRARY, else the project's build/lib@NS@_ops.so."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+ENV_VAR = "@NS_UPPER@_OPS_LIBRARY"
+LIBRARY_NAME = "lib@NS@_ops.so"
+
+
+def library_path() -> Path:
+    env = os.environ.get(ENV_VAR)
+    path = Path(env) if env else Path(__file__).resolve().parents[2] / "build" / LIBRARY_NAME
+    if not path.is_file():
+        raise RuntimeError(f"{path} not found: build the project (cmake --build build), or set {ENV_VAR}")
+    return path.resolve()
+
+
+torch.ops.load_library(str(library_path()))
+
+
+@torch.library.register_fake("@QUALIFIED@")
+def _(x):
+    torch._check(x.is_floating_point(), lambda: f"@QUALIFIED@: expected a floating-point tensor, got {x.dtype}")
+    return x.new_empty(x.shape)  # contiguous, as the kernels return
+'''
+
+_TEST = '''
+"""@QUALIFIED@ against its reference, on every device this machine has; opcheck for the fake and the schema."""
+
+import pytest
+import torch
+
+import @NS@_ops  # noqa: F401
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def reference(x):
+    return 2 * x
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_matches_the_reference(device, dtype):
+    x = torch.randn(3, 4, 5, device=device).to(dtype)
+    for xi in (x, x.transpose(0, 2)):  # any layout
+        torch.testing.assert_close(torch.ops.@NS@.@OP@(xi), reference(xi))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck(device):
+    torch.library.opcheck(torch.ops.@NS@.@OP@.default, (torch.randn(4, 3, device=device),))
+
+
+def test_integer_input_is_refused():
+    with pytest.raises(RuntimeError, match="expected a floating-point tensor"):
+        torch.ops.@NS@.@OP@(torch.ones(3, dtype=torch.int64))
+'''
+
+_README = """
+# @NS@_ops
+
+`@QUALIFIED@(Tensor x) -> Tensor`, written by `export-tools new-op`. Edit `csrc/@OP@.cpp` (the schema and the CPU
+kernel), `csrc/@OP@_cuda.cu` and the reference in `tests/test_@OP@.py` together.
+
+    cmake -S . -B build -DCMAKE_PREFIX_PATH="<pt2rt dist>;$(python -c 'import torch; print(torch.utils.cmake_prefix_path)')"
+    cmake --build build
+    PYTHONPATH=python python -m pytest tests
+
+Use it from PyTorch with `import @NS@_ops`, export a model that calls `torch.ops.@NS@.@OP@` with
+`export-tools export` (it records `lib@NS@_ops.so` in the package), and run the package with
+`pt2run run PACKAGE --ops build/lib@NS@_ops.so ...` (or put the library next to libpt2rt.so / in `PT2RT_OPS_PATH`).
+"""
