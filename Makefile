@@ -3,7 +3,7 @@ FLAVOUR ?= cpu
 BUILD_TYPE ?= Release
 export FLAVOUR BUILD_TYPE
 
-.PHONY: demo test build bootstrap sanitize tsan fuzz bench clean
+.PHONY: demo test build bootstrap sanitize tsan fuzz bench package clean
 demo:
 	@scripts/demo.sh
 test:
@@ -20,5 +20,7 @@ fuzz:
 	@scripts/fuzz.sh
 bench:
 	@scripts/bench.sh
+package:
+	@scripts/package.sh
 clean:
 	rm -rf build

@@ -15,13 +15,14 @@ class Pt2rtConan(ConanFile):
     name = "pt2rt"
     version = "0.1.0"
     license = "BSD-3-Clause"
-    description = ("Ship PyTorch models with custom C++/CUDA operators to pure C++ programs: the my_ops "
-                   "library (libidentity_conv_ops.so) and the pt2rt runtime")
+    description = ("Ship PyTorch models with custom C++/CUDA operators to pure C++ programs: the pt2rt runtime "
+                   "(libpt2rt.so, pt2run), pt2rt_add_ops_library for ops libraries, and the example ops library")
     package_type = "shared-library"
     settings = "os", "arch", "compiler", "build_type"
     options = {"flavour": ["cpu", "cuda"], "with_tests": [True, False]}
-    default_options = {"flavour": "cpu", "with_tests": True}
-    exports_sources = ("CMakeLists.txt", "ops/*", "runtime/*", "tests/cpp/*", "benchmarks/*", "cmake/*")
+    # with_tests: this repository's own build (make build) turns them on; a package needs none of them.
+    default_options = {"flavour": "cpu", "with_tests": False}
+    exports_sources = ("CMakeLists.txt", "ops/*", "runtime/*", "benchmarks/*", "cmake/*", "tests/*")
 
     def requirements(self):
         flavour = str(self.options.flavour)
@@ -64,7 +65,16 @@ class Pt2rtConan(ConanFile):
         # libidentity_conv_ops.so in lib/, where the runtime looks for ops libraries
         self.cpp_info.set_property("cmake_file_name", "pt2rt")
         self.cpp_info.set_property("cmake_target_name", "pt2rt::pt2rt")
+        # pt2rt_add_ops_library(NAME SOURCES ...), as find_package(pt2rt) gives it from an install
+        self.cpp_info.set_property("cmake_build_modules", [os.path.join("lib", "cmake", "pt2rt", "pt2rtOpsLibrary.cmake")])
         self.cpp_info.libs = ["pt2rt"]
+        # <pt2rt/pt2rt.h> is torch-free: linking pt2rt::pt2rt brings no torch target (libpt2rt.so finds libtorch at
+        # run time; an ops library build does find_package(Torch) itself, from libtorch's build dirs).
+        self.cpp_info.requires = ["nlohmann_json::nlohmann_json"]
+        self.cpp_info.ignored_requires = ["libtorch", "cli11"]
+        # ...but the linker must find libpt2rt.so's own libtorch dependencies (its RUNPATH is $ORIGIN)
+        torch_lib = os.path.join(self.dependencies["libtorch"].package_folder, "torch", "lib")
+        self.cpp_info.exelinkflags = self.cpp_info.sharedlinkflags = [f"-Wl,-rpath-link,{torch_lib}"]
         self.cpp_info.libdirs = ["lib"]
         self.cpp_info.bindirs = ["bin"]
         self.cpp_info.includedirs = ["include"]

@@ -233,7 +233,7 @@ def _custom_calls(ep: torch.export.ExportedProgram) -> dict[str, Any]:
 
 
 def _class_name(obj: Any) -> str:
-    # "__torch__.torch.classes.my_ops.IdentityConvClass" -> "my_ops::IdentityConvClass"
+    # "__torch__.torch.classes.<ns>.<Class>" -> "<ns>::<Class>"
     qualified = getattr(obj, "script_class_name", None)  # a fake object while tracing
     if qualified is None:
         qualified = obj._type().qualified_name()

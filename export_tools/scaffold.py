@@ -15,8 +15,7 @@ from pathlib import Path
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 # namespaces torch and the runtime own
-_RESERVED = {"aten", "prim", "prims", "quantized", "_quantized", "cuda", "higher_order", "inductor", "torch", "c10",
-             "my_ops"}
+_RESERVED = {"aten", "prim", "prims", "quantized", "_quantized", "cuda", "higher_order", "inductor", "torch", "c10"}
 
 
 class ScaffoldError(ValueError):
@@ -29,7 +28,7 @@ def parse_name(qualified: str) -> tuple[str, str]:
         raise ScaffoldError(f"expected NAMESPACE::OP in lower case (letters, digits, _; e.g. acme::scale2), "
                             f"got {qualified!r}")
     if ns in _RESERVED:
-        raise ScaffoldError(f"namespace {ns!r} is taken (by torch or the example ops); choose your own")
+        raise ScaffoldError(f"namespace {ns!r} is torch's own; choose your own")
     return ns, op
 
 

@@ -59,7 +59,7 @@ if [ ! -f "$BUILD_DIR/generators/conan_toolchain.cmake" ] || [ "$(cat "$conan_st
   log "conan install (flavour $FLAVOUR)"
   mkdir -p "$ROOT/build"
   "$conan" install "$ROOT" -r "$CONAN_REMOTE" --build=missing --update \
-    -o "&:flavour=$FLAVOUR" -s build_type="$BUILD_TYPE" -s compiler.cppstd=20 \
+    -o "&:flavour=$FLAVOUR" -o "&:with_tests=True" -s build_type="$BUILD_TYPE" -s compiler.cppstd=20 \
     -c tools.cmake.cmaketoolchain:generator=Ninja >"$ROOT/build/conan-$FLAVOUR.log" 2>&1 \
     || { tail -40 "$ROOT/build/conan-$FLAVOUR.log" >&2; echo "error: conan install failed; full log: build/conan-$FLAVOUR.log" >&2; exit 1; }
   echo "$conan_inputs" >"$conan_stamp"

@@ -283,8 +283,8 @@ def test_verify_names_a_library_that_is_not_loaded(capsys, tmp_path, exported):
     ("scale2", "expected NAMESPACE::OP in lower case"),
     ("Acme::Scale", "expected NAMESPACE::OP in lower case"),
     ("acme::", "expected NAMESPACE::OP in lower case"),
-    ("aten::scale2", "namespace 'aten' is taken"),
-    ("my_ops::scale2", "namespace 'my_ops' is taken"),
+    ("aten::scale2", "namespace 'aten' is torch's own"),
+    ("prims::scale2", "namespace 'prims' is torch's own"),
 ])
 def test_new_op_refuses_bad_names(capsys, tmp_path, name, message):
     code, _, err = run_cli(capsys, "new-op", name, "--out", str(tmp_path / "proj"))

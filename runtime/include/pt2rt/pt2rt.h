@@ -106,13 +106,13 @@ struct TensorSpec {
 };
 
 struct CustomOpSpec {
-  std::string name;       // "my_ops::identity_conv_op", "my_ops::IdentityConvClass"
+  std::string name;       // "acme::scale2" (an op), "acme::Scaler" (a class)
   std::string ns;
-  std::string library;    // "libidentity_conv_ops.so"
+  std::string library;    // "libacme_ops.so"
   std::vector<std::string> methods;  // classes only
   // What the package was exported against, checked after loading (empty in packages that predate them):
   std::string overload;  // ops: the overload name, "" for the default
-  std::string schema;    // ops: "my_ops::identity_conv_op(Tensor x) -> Tensor"
+  std::string schema;    // ops: "acme::scale2(Tensor x) -> Tensor"
   std::map<std::string, std::string> method_schemas;  // classes: method name -> schema
 };
 

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# conan create: the pt2rt Conan package built from this tree in Conan's cache (this checkout's .conan2), then
+# test_package/ - a consumer that builds an ops library with pt2rt_add_ops_library, exports a model using it
+# and runs it with pt2rt::Runtime.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+"$ROOT/scripts/bootstrap.sh"
+log "conan create . (flavour $FLAVOUR)"
+cd "$ROOT"
+conan create . -r "$CONAN_REMOTE" --build=missing -o "&:flavour=$FLAVOUR" -s build_type="$BUILD_TYPE" \
+  -s compiler.cppstd=20 -c tools.cmake.cmaketoolchain:generator=Ninja
