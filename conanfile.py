@@ -3,7 +3,7 @@ import sys
 
 from conan import ConanFile
 from conan.tools.cmake import CMake, CMakeDeps, CMakeToolchain, cmake_layout
-from conan.tools.files import copy
+from conan.tools.files import copy, load
 
 required_conan_version = ">=2.0"
 
@@ -13,7 +13,7 @@ TORCH_VERSIONS = {"cpu": "2.13.0", "cuda": "2.14.1"}
 
 class Pt2rtConan(ConanFile):
     name = "pt2rt"
-    version = "0.1.0"
+    exports = ("VERSION",)
     license = "BSD-3-Clause"
     description = ("Ship PyTorch models with custom C++/CUDA operators to pure C++ programs: the pt2rt runtime "
                    "(libpt2rt.so, pt2run), pt2rt_add_ops_library for ops libraries, and the example ops library")
@@ -22,7 +22,10 @@ class Pt2rtConan(ConanFile):
     options = {"flavour": ["cpu", "cuda"], "with_tests": [True, False]}
     # with_tests: this repository's own build (make build) turns them on; a package needs none of them.
     default_options = {"flavour": "cpu", "with_tests": False}
-    exports_sources = ("CMakeLists.txt", "ops/*", "runtime/*", "benchmarks/*", "cmake/*", "tests/*")
+    exports_sources = ("CMakeLists.txt", "VERSION", "ops/*", "runtime/*", "benchmarks/*", "cmake/*", "tests/*")
+
+    def set_version(self):
+        self.version = load(self, os.path.join(self.recipe_folder, "VERSION")).strip()
 
     def requirements(self):
         flavour = str(self.options.flavour)
@@ -44,7 +47,7 @@ class Pt2rtConan(ConanFile):
 
     def generate(self):
         tc = CMakeToolchain(self)
-        tc.cache_variables["OPS_CUDA"] = "ON" if self.options.flavour == "cuda" else "OFF"
+        tc.cache_variables["PT2RT_OPS_CUDA"] = "ON" if self.options.flavour == "cuda" else "OFF"
         tc.cache_variables["PT2RT_BUILD_TESTS"] = bool(self.options.with_tests)
         # the venv's Python (it runs Conan): exports the packages the C++ tests run
         tc.cache_variables["PT2RT_PYTHON"] = sys.executable

@@ -470,5 +470,5 @@ def verify_package(package_path: str | os.PathLike,
 
 
 def _version() -> str:
-    from . import __version__
-    return __version__
+    from ._version import read
+    return read()

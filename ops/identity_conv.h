@@ -17,7 +17,7 @@ void check_input(const at::Tensor& x, const char* what);
 // Checks a depthwise weight against an input: shape (C, 1, k, k), k odd in 1..7, C == x.size(1).
 void check_weight(const at::Tensor& weight, int64_t channels, const char* what);
 
-// CPU kernels (identity_conv_op.cpp, depthwise_conv_cpu.cpp).
+// CPU kernels (identity_conv_cpu.cpp, depthwise_conv2d_cpu.cpp).
 at::Tensor identity_conv_cpu(const at::Tensor& x);
 at::Tensor depthwise_conv2d_cpu(const at::Tensor& x, const at::Tensor& weight);
 

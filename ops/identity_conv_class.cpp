@@ -98,7 +98,8 @@ class IdentityConvClass : public torch::CustomClassHolder {
     return weight_.size(2);
   }
 
-  // For torch.export: the held tensor itself, not a copy (see NOTES.md).
+  // For torch.export: the held tensor itself, not a copy - with copies, torch.compile of a module holding two
+  // objects fails with "Duplicate tensors found" (a freed copy's address is reused by the next one).
   std::tuple<std::tuple<std::string, at::Tensor>> obj_flatten() const {
     std::lock_guard<std::mutex> lock(mu_);
     return std::make_tuple(std::make_tuple(std::string("weight"), weight_));

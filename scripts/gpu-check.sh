@@ -30,7 +30,7 @@ DEPS=${PT2RT_DEPS_DIR:-$ROOT/build/gpu-deps}
 runtime=OFF; [ -d "$DEPS/include/nlohmann" ] && runtime=ON
 generator=(); command -v ninja >/dev/null && generator=(-G Ninja)
 cmake -S "$ROOT" -B "$BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" \
-  -DOPS_CUDA=ON -DPT2RT_BUILD_TESTS=OFF -DPT2RT_BUILD_RUNTIME=$runtime -DPT2RT_DEPS_DIR="$DEPS" \
+  -DPT2RT_OPS_CUDA=ON -DPT2RT_BUILD_TESTS=OFF -DPT2RT_BUILD_RUNTIME=$runtime -DPT2RT_DEPS_DIR="$DEPS" \
   >"$BUILD_DIR.configure.log" 2>&1 \
   || { tail -30 "$BUILD_DIR.configure.log"; echo "gpu-check: configure FAILED"; exit 1; }
 cmake --build "$BUILD_DIR" -j "$(nproc)" >"$BUILD_DIR.build.log" 2>&1 \

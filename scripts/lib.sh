@@ -24,7 +24,7 @@ export CONAN_HOME=$ROOT/.conan2
 CONAN_REMOTE=pt2rt-local
 if [ "$FLAVOUR" = cuda ]; then
   CUDA_ROOT=${CUDA_ROOT:-/usr/local/cuda}
-  # torch's CMake takes the first nvcc on PATH as the toolkit root (see NOTES: /usr/local/bin/nvcc is a wrapper).
+  # torch's CMake takes the first nvcc on PATH as the toolkit root, and /usr/local/bin/nvcc may be a wrapper.
   export PATH=$CUDA_ROOT/bin:$PATH
   export CUDA_PATH=$CUDA_ROOT
   export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-8.0;9.0}

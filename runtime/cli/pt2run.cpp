@@ -59,7 +59,7 @@ std::string join(const std::vector<std::string>& v, const char* sep) {
 
 // The spec with every string made printable (one line per field, whatever the package holds).
 pt2rt::Spec printable_spec(pt2rt::Spec s) {
-  for (auto* f : {&s.format, &s.model, &s.device, &s.torch_version, &s.cuda_version, &s.compute_capability,
+  for (auto* f : {&s.format, &s.model, &s.torch_version, &s.cuda_version, &s.compute_capability,
                   &s.golden_record, &s.created_by}) {
     *f = printable(*f);
   }
@@ -105,7 +105,7 @@ int cmd_info(const std::string& package, bool json) {
   }
   std::ostringstream os;
   os << "package      " << spec.model << "  (" << spec.format << ", " << spec.created_by << ")\n"
-            << "device       " << spec.device
+            << "device       " << pt2rt::device_name(spec.device)
             << (spec.cuda_version.empty() ? "" : "  (CUDA " + spec.cuda_version + ", sm " + spec.compute_capability + ")")
             << "\n"
             << "torch        " << spec.torch_version << "  (this runtime: " << pt2rt::torch_version() << ")\n";
@@ -198,8 +198,7 @@ std::vector<pt2rt::Tensor> read_inputs(const std::vector<std::string>& files, st
 
 // Tensor files hold CPU tensors; a CUDA package takes its inputs on the GPU.
 void to_package_device(std::vector<pt2rt::Tensor>& tensors, const pt2rt::Spec& spec) {
-  const auto device = spec.device == "cuda" ? pt2rt::Device::CUDA : pt2rt::Device::CPU;
-  for (auto& t : tensors) t = t.to(device);
+  for (auto& t : tensors) t = t.to(spec.device);
 }
 
 std::vector<pt2rt::TensorView> views_of(const std::vector<pt2rt::Tensor>& ts) {

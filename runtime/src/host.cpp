@@ -30,10 +30,10 @@ void check_host(const Spec& spec, const Options& options) {
                                           " (export it with the same torch)");
     }
   }
-  if (spec.device == "cuda") {
+  if (spec.device == Device::CUDA) {
     if (!torch::cuda::is_available()) {
       throw Error(ErrorCode::Package, "the package is for CUDA, but this host has no usable CUDA device"
-#ifndef PT2RT_WITH_CUDA
+#ifndef PT2RT_TORCH_HAS_CUDA
                                       " (and this runtime is a CPU build)"
 #endif
       );

@@ -108,7 +108,7 @@ Variant parse_variant(const nlohmann::json& j, const std::string& path) {
 CustomOpSpec parse_custom(const nlohmann::json& j) {
   CustomOpSpec c;
   c.name = j.at("name").get<std::string>();
-  c.ns = j.at("namespace").get<std::string>();
+  (void)j.at("namespace").get<std::string>();  // required by the format; the name's prefix says the same
   c.library = j.at("library").get<std::string>();
   if (j.contains("methods")) c.methods = j.at("methods").get<std::vector<std::string>>();
   if (j.contains("overload")) c.overload = j.at("overload").get<std::string>();
@@ -250,8 +250,9 @@ Spec parse_spec(const std::string& json_text, const std::string& path) {
                                           kSpecFormat);
     }
     s.model = j.at("model").get<std::string>();
-    s.device = j.at("device").get<std::string>();
-    if (s.device != "cpu" && s.device != "cuda") malformed(path, "device '" + s.device + "' is neither cpu nor cuda");
+    const std::string device = j.at("device").get<std::string>();
+    if (device != "cpu" && device != "cuda") malformed(path, "device '" + device + "' is neither cpu nor cuda");
+    s.device = device == "cuda" ? Device::CUDA : Device::CPU;
     for (const auto& t : j.at("inputs")) s.inputs.push_back(parse_tensor(t, path));
     for (const auto& t : j.at("outputs")) s.outputs.push_back(parse_tensor(t, path));
     for (const auto& c : j.at("custom_ops")) s.custom_ops.push_back(parse_custom(c));

@@ -37,7 +37,7 @@ struct Runtime::Impl {
 
 namespace {
 
-const char* kVersion = "0.1.0";
+const char* kVersion = PT2RT_VERSION;
 
 
 std::string dims_str(const TensorSpec& t) {
@@ -57,7 +57,7 @@ void validate(const Spec& spec, const std::vector<TensorView>& inputs) {
                                       (spec.inputs.size() == 1 ? "" : "s") + " (" + names + "), got " +
                                       std::to_string(inputs.size()));
   }
-  const Device device = spec.device == "cuda" ? Device::CUDA : Device::CPU;
+  const Device device = spec.device;
   std::map<std::string, std::pair<int64_t, std::string>> named;  // dim name -> (size, where seen)
   for (size_t i = 0; i < inputs.size(); ++i) {
     const TensorView& v = inputs[i];
@@ -97,8 +97,8 @@ void validate(const Spec& spec, const std::vector<TensorView>& inputs) {
       }
     }
     if (v.device != device) {
-      throw Error(ErrorCode::Input, who + ": expected a " + spec.device + " tensor, got a " +
-                                        (v.device == Device::CUDA ? "cuda" : "cpu") + " tensor");
+      throw Error(ErrorCode::Input, who + ": expected a " + device_name(spec.device) + " tensor, got a " +
+                                        device_name(v.device) + " tensor");
     }
     if (v.data == nullptr && numel != 0) throw Error(ErrorCode::Input, who + ": data is null");
   }
@@ -248,8 +248,7 @@ detail::Golden read_golden(const detail::Package& package, const Spec& spec) {
 std::vector<Tensor> Runtime::example_inputs() const {
   const detail::Golden golden = read_golden(*impl_->package, impl_->spec);
   std::vector<Tensor> out;
-  const Device device = impl_->spec.device == "cuda" ? Device::CUDA : Device::CPU;
-  for (const auto& t : golden.inputs.front()) out.push_back(detail::wrap(t).to(device));
+  for (const auto& t : golden.inputs.front()) out.push_back(detail::wrap(t).to(impl_->spec.device));
   return out;
 }
 
@@ -259,7 +258,7 @@ VerifyReport Runtime::verify() const {
   const auto& names = golden.names;
   const auto& inputs = golden.inputs;
   const auto& outputs = golden.outputs;
-  const bool cuda = spec.device == "cuda";
+  const bool cuda = spec.device == Device::CUDA;
   VerifyReport report;
   for (size_t c = 0; c < names.size(); ++c) {
     CaseReport r;

@@ -37,6 +37,7 @@ const DTypeInfo& info(DType dtype) {
 }  // namespace
 
 const char* dtype_name(DType dtype) { return info(dtype).name; }
+const char* device_name(Device device) { return device == Device::CUDA ? "cuda" : "cpu"; }
 std::size_t dtype_size(DType dtype) { return c10::elementSize(info(dtype).scalar); }
 std::optional<DType> dtype_from_name(std::string_view name) {
   for (const auto& i : kDTypes)

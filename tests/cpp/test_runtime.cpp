@@ -637,9 +637,13 @@ TEST(Documented, AMovedRuntimeRunsAndKeepsItsFiles) {
   EXPECT_TRUE(c.verify().passed());
 }
 
-TEST(Documented, VersionIsSemVer) {
+TEST(Documented, VersionIsSemVerAndTheVersionFile) {
   const std::string v = pt2rt::version();
   EXPECT_TRUE(std::regex_match(v, std::regex("[0-9]+\\.[0-9]+\\.[0-9]+"))) << v;
+  std::ifstream file(PT2RT_SOURCE_DIR "/VERSION");
+  std::string written;
+  std::getline(file, written);
+  EXPECT_EQ(v, written);
   EXPECT_TRUE(std::regex_match(std::string(pt2rt::torch_version()), std::regex("[0-9]+\\.[0-9]+\\.[0-9]+")));
 }
 

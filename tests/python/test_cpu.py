@@ -91,7 +91,7 @@ def test_each_variant_library_holds_code_of_its_own_isa_only(exported, tmp_path)
 
 
 def test_same_graph_other_weights_gets_its_own_code_in_every_variant(exported, tmp_path):
-    """Inductor's cache can hand a compile another compile's generated code (NOTES: same graph, other constants).
+    """Inductor's cache can hand a compile another compile's generated code (same graph, other constants).
     A second model shaped like net_dynamic, with other weights, compiled right after it for the same variants: each
     variant must be its own library and reproduce its own eager model (export verifies every variant this CPU runs;
     the runtime forces each one below)."""

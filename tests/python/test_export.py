@@ -34,7 +34,7 @@ def test_spec_matches_schema_and_model(exported):
                                "dynamic_dims": [{"dim": 0, "name": "batch", "min": 1, "max": 32}]}]
     assert spec["outputs"][0]["shape"] == [-1, 8, 32, 32]
     assert spec["outputs"][0]["dynamic_dims"][0]["name"] == "batch"
-    # the schemas as ops/identity_conv_op.cpp and identity_conv_class.cpp define them
+    # the schemas as ops/my_ops.cpp and identity_conv_class.cpp define them
     assert spec["custom_ops"] == [{"name": "my_ops::identity_conv_op", "overload": "", "namespace": "my_ops",
                                    "schema": "my_ops::identity_conv_op(Tensor x) -> Tensor",
                                    "library": "libidentity_conv_ops.so"}]
@@ -244,3 +244,10 @@ def test_the_library_of_each_namespace_is_found_however_it_was_loaded():
     assert libraries.provider_of("my_ops") == my_ops.library_path()
     with pytest.raises(libraries.OpsLibraryError, match="'aten'"):
         libraries.provider_of("aten")
+
+
+def test_the_version_is_the_version_file(exported):
+    from pathlib import Path
+    version = (Path(export_tools.__file__).resolve().parent.parent / "VERSION").read_text().strip()
+    assert export_tools.__version__ == version
+    assert read_spec(exported("op_static")[0])["created_by"] == f"export_tools {version}"

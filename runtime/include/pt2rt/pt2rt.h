@@ -30,6 +30,7 @@ PT2RT_API std::size_t dtype_size(DType dtype);
 PT2RT_API std::optional<DType> dtype_from_name(std::string_view name);
 
 enum class Device { CPU, CUDA };
+PT2RT_API const char* device_name(Device device);  // "cpu", "cuda" (as specs and torch name them)
 
 // Error classes. The CLI maps each to its exit code (exit_code()); docs/runtime.md lists them.
 enum class ErrorCode {
@@ -107,7 +108,6 @@ struct TensorSpec {
 
 struct CustomOpSpec {
   std::string name;       // "acme::scale2" (an op), "acme::Scaler" (a class)
-  std::string ns;
   std::string library;    // "libacme_ops.so"
   std::vector<std::string> methods;  // classes only
   // What the package was exported against, checked after loading (empty in packages that predate them):
@@ -137,7 +137,7 @@ struct Tolerance {
 struct Spec {
   std::string format;
   std::string model;
-  std::string device;  // "cpu" or "cuda"
+  Device device = Device::CPU;
   std::vector<TensorSpec> inputs;
   std::vector<TensorSpec> outputs;
   std::vector<CustomOpSpec> custom_ops;
@@ -215,15 +215,14 @@ class PT2RT_API Runtime {
   const Spec& spec() const;
   // Runs the package's golden cases here.
   VerifyReport verify() const;
-  // The inputs of the package's first golden case (the example the model was exported with), on the CPU.
-  std::vector<Tensor> example_inputs() const;  // on the package's device
+  // The inputs of the package's first golden case (the example the model was exported with), on its device.
+  std::vector<Tensor> example_inputs() const;
   // The ops library files that were loaded for this package (absolute paths).
   const std::vector<std::string>& ops_libraries() const;
   // The CPU variant that was loaded.
   const Variant& variant() const;
 
   struct Impl;
-  const Impl& impl() const { return *impl_; }
 
  private:
   explicit Runtime(std::unique_ptr<Impl> impl);

@@ -1,4 +1,4 @@
-// CPU depthwise convolution, NCHW, stride 1, padding k/2.
+// my_ops::depthwise_conv2d on the CPU: depthwise convolution, NCHW, stride 1, padding k/2.
 #include "depthwise_row_kernel.h"
 #include "identity_conv.h"
 
@@ -6,6 +6,7 @@
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
+#include <torch/library.h>
 
 #include <algorithm>
 #include <atomic>
@@ -186,3 +187,5 @@ at::Tensor depthwise_conv2d_cpu(const at::Tensor& x, const at::Tensor& weight) {
 }
 
 }  // namespace my_ops
+
+TORCH_LIBRARY_IMPL(my_ops, CPU, m) { m.impl("depthwise_conv2d", &my_ops::depthwise_conv2d_cpu); }
