@@ -104,8 +104,9 @@ _CUDA = """
 // The CUDA kernel of @QUALIFIED@ (built when the torch found has CUDA): same result as the CPU kernel.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
-#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>  // not ATen/cuda/CUDAContext.h: it needs the cuSPARSE/cuBLAS headers too
 #include <torch/library.h>
 
 #include <algorithm>
@@ -130,7 +131,7 @@ at::Tensor @OP@_cuda(const at::Tensor& x) {
   const int threads = 256;
   const int blocks = static_cast<int>(std::min<int64_t>((n + threads - 1) / threads, 65535));
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, in.scalar_type(), "@OP@_cuda", [&] {
-    @OP@_kernel<scalar_t><<<blocks, threads, 0, at::cuda::getCurrentCUDAStream()>>>(
+    @OP@_kernel<scalar_t><<<blocks, threads, 0, c10::cuda::getCurrentCUDAStream(x.device().index())>>>(
         in.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), n);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -16,13 +16,6 @@ namespace my_ops {
 
 namespace {
 
-constexpr int kThreads = 256;
-
-int blocks_for(int64_t n) {
-  // Grid-stride loops cover the rest; 65535 * 256 elements per pass is plenty.
-  return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535));
-}
-
 // One thread per output element of an NCHW tensor.
 template <typename scalar_t>
 __global__ void depthwise_kernel(const scalar_t* __restrict__ in, const at::opmath_type<scalar_t>* __restrict__ weight,
@@ -63,7 +56,7 @@ at::Tensor depthwise_conv2d_cuda(const at::Tensor& x, const at::Tensor& weight) 
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "depthwise_conv2d_cuda", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     const at::Tensor w = weight.to(c10::CppTypeToScalarType<acc_t>::value).contiguous();
-    depthwise_kernel<scalar_t><<<blocks_for(n), kThreads, 0, stream>>>(
+    depthwise_kernel<scalar_t><<<cuda_blocks_for(n), kCudaThreads, 0, stream>>>(
         xc.const_data_ptr<scalar_t>(), w.const_data_ptr<acc_t>(), out.mutable_data_ptr<scalar_t>(), x.size(1),
         x.size(2), x.size(3), static_cast<int>(weight.size(2)), n);
     C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -3,6 +3,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <algorithm>
 #include <cstdint>
 
 namespace my_ops {
@@ -16,6 +17,12 @@ void check_input(const at::Tensor& x, const char* what);
 
 // Checks a depthwise weight against an input: shape (C, 1, k, k), k odd in 1..7, C == x.size(1).
 void check_weight(const at::Tensor& weight, int64_t channels, const char* what);
+
+// Launch shape of the CUDA kernels (grid-stride loops cover the rest; 65535 * 256 elements per pass is plenty).
+constexpr int kCudaThreads = 256;
+inline int cuda_blocks_for(int64_t n) {
+  return static_cast<int>(std::min<int64_t>((n + kCudaThreads - 1) / kCudaThreads, 65535));
+}
 
 // CPU kernels (identity_conv_cpu.cpp, depthwise_conv2d_cpu.cpp).
 at::Tensor identity_conv_cpu(const at::Tensor& x);

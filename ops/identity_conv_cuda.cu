@@ -15,13 +15,6 @@ namespace my_ops {
 
 namespace {
 
-constexpr int kThreads = 256;
-
-int blocks_for(int64_t n) {
-  // Grid-stride loops cover the rest; 65535 * 256 elements per pass is plenty.
-  return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535));
-}
-
 template <typename scalar_t>
 __global__ void copy_dense_kernel(const scalar_t* __restrict__ src, scalar_t* __restrict__ dst, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(blockDim.x) * gridDim.x) {
@@ -58,10 +51,10 @@ at::Tensor identity_conv_cuda(const at::Tensor& x) {
   const auto stream = c10::cuda::getCurrentCUDAStream(x.device().index());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "identity_conv_cuda", [&] {
     if (x.is_non_overlapping_and_dense() && out.strides() == x.strides()) {
-      copy_dense_kernel<scalar_t><<<blocks_for(n), kThreads, 0, stream>>>(
+      copy_dense_kernel<scalar_t><<<cuda_blocks_for(n), kCudaThreads, 0, stream>>>(
           x.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), n);
     } else {
-      copy_strided_kernel<scalar_t><<<blocks_for(n), kThreads, 0, stream>>>(
+      copy_strided_kernel<scalar_t><<<cuda_blocks_for(n), kCudaThreads, 0, stream>>>(
           x.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), x.size(1), x.size(2), x.size(3),
           strides_of(x), strides_of(out), n);
     }

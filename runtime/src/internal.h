@@ -71,24 +71,7 @@ std::string make_private_dir();
 
 // Why a record name is unsafe to extract ("" if it is fine).
 std::string unsafe_record_name(const std::string& name);
-Spec parse_spec(const std::string& json_text, const std::string& package_path);
 std::string sha256_hex(const void* data, size_t size);
-
-// Byte parsers (fuzzed: tests/fuzz). Every bad input is a pt2rt::Error, never another exception or a crash.
-// torch.save (zip) bytes -> the saved value. What our checks reject throws DamagedFile (its message is for
-// users); what torch rejects throws torch's c10::Error.
-struct DamagedFile : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-c10::IValue unpickle(const std::vector<char>& bytes);
-// max_bytes bounds the tensors' size once made contiguous (a stride-0 tensor in a small file can claim any size).
-std::vector<Tensor> parse_tensor_file(const std::vector<char>& bytes, const std::string& path,
-                                      std::size_t max_bytes = std::size_t{4} << 30);
-struct Golden {
-  std::vector<std::string> names;
-  std::vector<std::vector<at::Tensor>> inputs, outputs;
-};
-Golden parse_golden(const std::vector<char>& bytes, const std::string& package_path);
 
 // Ops libraries.
 std::vector<std::string> load_ops_libraries(const Spec& spec, const std::string& package_path, const Options& options);

@@ -1,5 +1,6 @@
 // pt2rt::Tensor, dtypes, errors and tensor files.
 #include "internal.h"
+#include "parsers.h"
 
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/cuda.h>
@@ -45,30 +46,6 @@ std::optional<DType> dtype_from_name(std::string_view name) {
   return std::nullopt;
 }
 
-int exit_code(ErrorCode code) {
-  switch (code) {
-    case ErrorCode::Usage: return 2;
-    case ErrorCode::Package: return 3;
-    case ErrorCode::OpsLibrary: return 4;
-    case ErrorCode::Input: return 5;
-    case ErrorCode::IO: return 6;
-    case ErrorCode::Runtime: return 7;
-  }
-  return 7;
-}
-
-const char* error_code_name(ErrorCode code) {
-  switch (code) {
-    case ErrorCode::Usage: return "usage";
-    case ErrorCode::Package: return "package";
-    case ErrorCode::OpsLibrary: return "ops library";
-    case ErrorCode::Input: return "input";
-    case ErrorCode::IO: return "I/O";
-    case ErrorCode::Runtime: return "runtime";
-  }
-  return "runtime";
-}
-
 namespace detail {
 
 at::ScalarType to_scalar_type(DType dtype) { return info(dtype).scalar; }
@@ -104,17 +81,6 @@ std::string shape_str(const std::vector<int64_t>& shape) {
   return s.str();
 }
 
-std::string short_what(const std::exception& e) {
-  std::string text;
-  if (const auto* c10e = dynamic_cast<const c10::Error*>(&e)) {
-    text = c10e->what_without_backtrace();
-  } else {
-    text = e.what();
-  }
-  const auto nl = text.find('\n');
-  if (nl != std::string::npos) text.resize(nl);
-  return text;
-}
 
 }  // namespace detail
 
@@ -165,46 +131,6 @@ Tensor Tensor::to(Device device, int device_index) const {
   return detail::wrap(impl_->t.to(target).contiguous());
 }
 
-namespace detail {
-
-std::vector<Tensor> parse_tensor_file(const std::vector<char>& bytes, const std::string& path, std::size_t max_bytes) {
-  c10::IValue value;
-  try {
-    value = unpickle(bytes);
-  } catch (const DamagedFile& e) {
-    throw Error(ErrorCode::IO, path + " is a damaged torch.save file (" + e.what() + ")");
-  } catch (const std::exception&) {  // torch's reader explains zip internals; the user needs the verdict
-    throw Error(ErrorCode::IO, path + " is not a tensor file written by torch.save (zip format)");
-  }
-  std::vector<Tensor> out;
-  std::size_t total = 0;
-  auto add = [&](const c10::IValue& v) {
-    if (!v.isTensor()) throw Error(ErrorCode::IO, path + " holds a " + v.tagKind() + "; expected tensors");
-    const at::Tensor& t = v.toTensor();
-    std::size_t bytes_needed = t.element_size();
-    bool overflow = false;
-    for (const int64_t d : t.sizes()) overflow |= __builtin_mul_overflow(bytes_needed, static_cast<std::size_t>(d), &bytes_needed);
-    overflow |= __builtin_add_overflow(total, bytes_needed, &total);
-    if (overflow || total > max_bytes) {
-      throw Error(ErrorCode::IO, path + " holds tensors of " + (overflow ? std::string("more than 2^64") : std::to_string(total)) +
-                                     " bytes once made contiguous; at most " + std::to_string(max_bytes) +
-                                     " are accepted here");
-    }
-    out.push_back(wrap(t));
-  };
-  if (value.isTensor()) {
-    add(value);
-  } else if (value.isList()) {
-    for (const auto& v : value.toListRef()) add(v);
-  } else if (value.isTuple()) {
-    for (const auto& v : value.toTupleRef().elements()) add(v);
-  } else {
-    throw Error(ErrorCode::IO, path + " holds a " + value.tagKind() + "; expected a tensor or a list of tensors");
-  }
-  return out;
-}
-
-}  // namespace detail
 
 std::vector<Tensor> load_tensors(const std::string& path, std::size_t max_bytes) {
   std::ifstream in(path, std::ios::binary);

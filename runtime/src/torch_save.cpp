@@ -1,6 +1,6 @@
 // Reading torch.save (zip) bytes from users: torch's own readers trust the sizes a file claims (found by
 // tests/fuzz), so every claim is checked against what exists before torch acts on it.
-#include "internal.h"
+#include "parsers.h"
 
 #include <caffe2/serialize/inline_container.h>
 #include <caffe2/serialize/read_adapter_interface.h>

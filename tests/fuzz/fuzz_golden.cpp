@@ -2,7 +2,7 @@
 // Contract: any bytes give golden cases or a pt2rt::Error; any other exception or a crash is a finding.
 #include "fuzz.h"
 
-#include "../../runtime/src/internal.h"
+#include "../../runtime/src/parsers.h"
 
 #include <vector>
 
