@@ -4,7 +4,7 @@ DIR/CMakeLists.txt         builds lib<ns>_ops.so with pt2rt_add_ops_library (fin
 DIR/csrc/<op>.cpp          the schema NAMESPACE::OP(Tensor x) -> Tensor and a working CPU kernel (2 * x) to edit
 DIR/csrc/<op>_cuda.cu      its CUDA kernel (built when the torch found has CUDA)
 DIR/python/<ns>_ops/       `import <ns>_ops` loads DIR/build/lib<ns>_ops.so (or $<NS>_OPS_LIBRARY), registers the fake
-DIR/tests/test_<op>.py     the kernel against a reference, torch.library.opcheck
+DIR/tests/test_<op>.py     the kernel against a reference, torch.library.opcheck, torch.compile
 DIR/README.md              how to build, test, export and run it
 """
 
@@ -176,7 +176,8 @@ def _(x):
 '''
 
 _TEST = '''
-"""@QUALIFIED@ against its reference, on every device this machine has; opcheck for the fake and the schema."""
+"""@QUALIFIED@ against its reference, on every device this machine has; opcheck for the fake and the schema;
+torch.compile through the fake."""
 
 import pytest
 import torch
@@ -201,6 +202,13 @@ def test_matches_the_reference(device, dtype):
 @pytest.mark.parametrize("device", DEVICES)
 def test_opcheck(device):
     torch.library.opcheck(torch.ops.@NS@.@OP@.default, (torch.randn(4, 3, device=device),))
+
+
+def test_torch_compile_traces_it_through_the_fake():
+    f = torch.compile(lambda x: torch.ops.@NS@.@OP@(x) + 1, fullgraph=True, dynamic=True)
+    for n in (3, 7):
+        x = torch.randn(n, 4)
+        torch.testing.assert_close(f(x), reference(x) + 1)
 
 
 def test_integer_input_is_refused():
