@@ -167,9 +167,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="export-tools", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-q", "--quiet", action="store_true", help="print only results and errors")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging, and tracebacks on errors")
+    # the same flags after the subcommand too (`export ... -q`); SUPPRESS keeps an earlier one when absent
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                        help="print only results and errors")
+    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                        help="debug logging, and tracebacks on errors")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    p = sub.add_parser("export", help="export a model to a .pt2 package",
+    p = sub.add_parser("export", parents=[common], help="export a model to a .pt2 package",
                        description="Export MODULE:FACTORY (FACTORY() returns (model, example_inputs)) to a .pt2 "
                                    "package with a spec and golden cases inside; verified before it is written.")
     p.add_argument("--model", required=True, metavar="MODULE:FACTORY")
@@ -187,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "found without it")
     p.set_defaults(func=_cmd_export)
 
-    p = sub.add_parser("graph", help="print the exported graph of a model",
+    p = sub.add_parser("graph", parents=[common], help="print the exported graph of a model",
                        description="Export MODULE:FACTORY with torch.export and print its graph.")
     p.add_argument("--model", required=True, metavar="MODULE:FACTORY")
     p.add_argument("--dynamic-batch", type=_dynamic_batch, metavar="MIN:MAX")
@@ -197,12 +203,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "found without it")
     p.set_defaults(func=_cmd_graph)
 
-    p = sub.add_parser("inspect", help="print the spec of a package", description="Print the spec of a .pt2 package.")
+    p = sub.add_parser("inspect", parents=[common], help="print the spec of a package", description="Print the spec of a .pt2 package.")
     p.add_argument("package", type=Path)
     p.add_argument("--json", action="store_true", help="the spec as JSON")
     p.set_defaults(func=_cmd_inspect)
 
-    p = sub.add_parser("verify", help="run a package's golden cases in Python",
+    p = sub.add_parser("verify", parents=[common], help="run a package's golden cases in Python",
                        description="Load each CPU variant of a package that this machine runs (in Python) and check its "
                                    "golden cases. Exit 1 when a case does not match or no variant runs here.")
     p.add_argument("package", type=Path)
@@ -211,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "found without it")
     p.set_defaults(func=_cmd_verify)
 
-    p = sub.add_parser("new-op", help="write a buildable ops project for your own operator",
+    p = sub.add_parser("new-op", parents=[common], help="write a buildable ops project for your own operator",
                        description="Write DIR with a CMake project (pt2rt_add_ops_library), NAMESPACE::OP's schema and "
                                    "CPU/CUDA kernels to edit, a Python package <namespace>_ops that loads the library "
                                    "and registers the fake, and tests. DIR/README.md says how to build and use it.")

@@ -80,6 +80,16 @@ def export_package(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor
         raise ExportError(str(e)) from None
     if device != "cpu" and cpu_isa is not None:
         raise ExportError(f"cpu_isa applies to CPU packages; this is a {device} package")
+    was_training = model.training
+    try:
+        return _export_checked(model, inputs, path, device, dynamic_batch, golden, metadata, tolerances,
+                               variant_names)
+    finally:
+        model.train(was_training)  # the caller's module leaves as it came (eval() is in place)
+
+
+def _export_checked(model, inputs, path, device, dynamic_batch, golden, metadata, tolerances,
+                    variant_names) -> Path:
     model = model.eval().to(device)
     inputs = [t.to(device) for t in inputs]
 
@@ -193,6 +203,10 @@ def _export(model, inputs, dynamic_batch) -> torch.export.ExportedProgram:
     if dynamic_batch is not None:
         batch = torch.export.Dim("batch", min=dynamic_batch[0], max=dynamic_batch[1])
         dynamic_shapes = tuple({0: batch} for _ in inputs)
+        if dynamic_batch[1] >= 2 and any(t.shape[0] == 1 for t in inputs):
+            # torch.export specialises a size-1 example dim to the constant 1: trace with the example doubled
+            # along the batch (the graph runs batch 1 all the same; the example stays a golden case).
+            inputs = [torch.cat([t, t]) for t in inputs]
     try:
         return torch.export.export(model, tuple(inputs), dynamic_shapes=dynamic_shapes, strict=False)
     except Exception as e:

@@ -194,3 +194,16 @@ def test_cuda_kernel_matches_cpu_kernel(k, dtype):
     torch.testing.assert_close(conv.forward(x.cuda()).cpu(), conv.forward(x), **TOL[dtype])
     y = torch.ops.my_ops.identity_conv_op(x.cuda().contiguous(memory_format=torch.channels_last))
     torch.testing.assert_close(y.cpu(), x, rtol=0, atol=0)
+
+
+def test_the_fake_class_has_every_method_of_the_real_one():
+    """A method missing from the fake makes tracing warn ("fake object ... doesn't implement method ...")."""
+    from torch._library import fake_class_registry
+    qualified = "__torch__.torch.classes.my_ops.IdentityConvClass"
+    fake = fake_class_registry.find_fake_class(qualified)
+    assert fake is not None
+    methods = {s.name for s in torch._C._jit_get_custom_class_schemas()
+               if s.arguments and str(s.arguments[0].type) == qualified}
+    missing = sorted(m for m in methods - {"__init__", "__getstate__", "__setstate__", "__obj_flatten__"}
+                     if not hasattr(fake, m))
+    assert methods and not missing, missing

@@ -423,6 +423,7 @@ int main(int argc, char** argv) {
   }
 
   auto* bench = app.add_subcommand("bench", "measure latency and throughput");
+  bench->option_defaults()->always_capture_default();  // --help shows each default
   bench->add_option("package", package, "the .pt2 package")->required();
   bench->add_option("--ops", ops, "ops library to load");
   bench->add_option("--cpu-isa", g_cpu_isa, "load this CPU variant of the package");

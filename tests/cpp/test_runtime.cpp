@@ -547,6 +547,16 @@ TEST(Pt2run, BenchSplitsTheCoresItMayUseBetweenCallers) {
   }
 }
 
+TEST(Pt2run, BenchHelpShowsTheDefaults) {
+  const fs::path out = fs::temp_directory_path() / ("pt2run-help-" + std::to_string(getpid()) + ".txt");
+  ASSERT_EQ(shell(kPt2run + " bench --help > " + out.string()), 0);
+  std::ifstream in(out);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  fs::remove(out);
+  for (const char* shown : {"--warmup INT:NONNEGATIVE=10", "--iters INT:POSITIVE=100", "[1 - 256]=1"})
+    EXPECT_NE(text.find(shown), std::string::npos) << shown << " in:\n" << text;
+}
+
 TEST(Pt2run, BenchTakesIntraOpThreads) {
   const std::string text = bench_json("--warmup 1 --iters 5 --intra-op-threads 1");
   ASSERT_FALSE(text.empty());

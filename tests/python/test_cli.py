@@ -303,3 +303,10 @@ def test_new_op_writes_the_project_and_never_over_a_users_files(capsys, tmp_path
     code, _, err = run_cli(capsys, "new-op", "acme::other", "--out", str(tmp_path / "proj"))
     assert code == 2 and "exists and is not an empty directory" in err
     assert (tmp_path / "proj/csrc/scale2.cpp").read_text() == before
+
+
+def test_quiet_and_verbose_may_follow_the_subcommand(capsys, exported):
+    path, _, _ = exported("op_static")
+    for argv in (["-q", "inspect", str(path)], ["inspect", str(path), "-q"], ["inspect", "-v", str(path)]):
+        code, out, _ = run_cli(capsys, *argv)
+        assert code == 0 and "package      op_static" in out, argv

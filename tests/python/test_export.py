@@ -251,3 +251,33 @@ def test_the_version_is_the_version_file(exported):
     version = (Path(export_tools.__file__).resolve().parent.parent / "VERSION").read_text().strip()
     assert export_tools.__version__ == version
     assert read_spec(exported("op_static")[0])["created_by"] == f"export_tools {version}"
+
+
+def test_a_batch_one_example_exports_with_a_dynamic_batch(tmp_path):
+    """torch.export specialises a size-1 example dim; the exporter traces with the example doubled instead. The
+    user's example stays the first golden case, batch 1 and 8 both run, and the caller's module keeps its mode."""
+    model, (x,) = models.identity_conv_net()
+    model.train()
+    path = export_package(model, (x[:1],), tmp_path / "bs1.pt2", dynamic_batch=(1, 8), golden=3, cpu_isa="default")
+    assert model.training
+    spec = read_spec(path)
+    assert spec["inputs"][0]["shape"] == [-1, 3, 32, 32]
+    assert spec["inputs"][0]["dynamic_dims"] == [{"dim": 0, "name": "batch", "min": 1, "max": 8}]
+    torch.testing.assert_close(read_golden(path)[0].inputs[0], x[:1], rtol=0, atol=0)
+    runner = load_package(path)
+    model.eval()
+    for batch in (1, 8):
+        xb = torch.randn(batch, 3, 32, 32)
+        with torch.no_grad():
+            torch.testing.assert_close(runner(xb), model(xb))
+
+
+def test_the_callers_model_keeps_its_mode_when_export_fails(tmp_path):
+    class Broken(torch.nn.Module):
+        def forward(self, x):
+            raise ValueError("no")
+
+    model = Broken().train()
+    with pytest.raises(ExportError, match="the model fails on its example inputs"):
+        export_package(model, (torch.randn(2),), tmp_path / "m.pt2")
+    assert model.training
