@@ -21,6 +21,7 @@ import torch
 
 from . import cpu, libraries
 from . import golden as _golden
+from ._version import read as _version
 
 log = logging.getLogger("export_tools")
 
@@ -481,8 +482,3 @@ def verify_package(package_path: str | os.PathLike,
             report.append({"variant": variant["isa"], "name": case.name, "passed": passed, "max_abs_error": max_abs,
                            "max_rel_error": max_rel, "reason": reason})
     return report
-
-
-def _version() -> str:
-    from ._version import read
-    return read()

@@ -213,22 +213,13 @@ def test_quiet_prints_no_progress(capsys, tmp_path, user_module):
 
 def test_verify_exits_1_when_a_golden_case_does_not_match(capsys, tmp_path, exported):
     """A package whose golden outputs were changed after export: `verify` reports the case and exits 1."""
-    import io
-
-    from torch.export.pt2_archive._package import PT2ArchiveReader, PT2ArchiveWriter
-
     from export_tools import golden
     from export_tools.export import GOLDEN_RECORD, read_golden
 
     path, _, _ = exported("op_static")
     cases = read_golden(path)
     cases[2].outputs[0] = cases[2].outputs[0] + 1.0
-    wrong = tmp_path / "op_static.pt2"
-    with PT2ArchiveReader(str(path)) as reader, PT2ArchiveWriter(str(wrong)) as writer:
-        for name in reader.get_file_names():
-            if name not in (".data/serialization_id", GOLDEN_RECORD):
-                writer.write_bytes(name, reader.read_bytes(name))
-        writer.write_bytes(GOLDEN_RECORD, golden.dumps(cases))
+    wrong = _copy_package(path, tmp_path / "op_static.pt2", records={GOLDEN_RECORD: golden.dumps(cases)})
     code, stdout, _ = run_cli(capsys, "-q", "verify", str(wrong))
     assert code == 1
     lines = stdout.splitlines()
@@ -236,22 +227,26 @@ def test_verify_exits_1_when_a_golden_case_does_not_match(capsys, tmp_path, expo
     assert "max abs 1" in lines[2], stdout
 
 
-def _with_spec_edit(src, dst, edit):
-    """A copy of package `src` at `dst` whose pt2rt spec went through edit(spec) -> spec."""
+def _copy_package(src, dst, edit_spec=None, records=None):
+    """A copy of package `src` at `dst`: its pt2rt spec through edit_spec(spec) -> spec, records replaced by
+    `records` (name -> bytes)."""
     import json
 
     from torch.export.pt2_archive._package import PT2ArchiveReader, PT2ArchiveWriter
 
     from export_tools.export import SPEC_KEY
+    records = records or {}
     with PT2ArchiveReader(str(src)) as reader, PT2ArchiveWriter(str(dst)) as writer:
         for name in reader.get_file_names():
-            data = reader.read_bytes(name)
-            if name == ".data/serialization_id":
+            if name == ".data/serialization_id" or name in records:
                 continue
-            if name.endswith("_metadata.json"):
+            data = reader.read_bytes(name)
+            if edit_spec and name.endswith("_metadata.json"):
                 metadata = json.loads(data)
-                metadata[SPEC_KEY] = json.dumps(edit(json.loads(metadata[SPEC_KEY])))
+                metadata[SPEC_KEY] = json.dumps(edit_spec(json.loads(metadata[SPEC_KEY])))
                 data = json.dumps(metadata).encode()
+            writer.write_bytes(name, data)
+        for name, data in records.items():
             writer.write_bytes(name, data)
     return dst
 
@@ -259,7 +254,7 @@ def _with_spec_edit(src, dst, edit):
 def test_verify_refuses_a_library_that_registers_another_schema(capsys, tmp_path, exported):
     """The stale-library case: the package was exported against one schema, the loaded library registers another."""
     path, _, _ = exported("op_static")
-    stale = _with_spec_edit(path, tmp_path / "op_static.pt2", lambda s: {**s, "custom_ops": [
+    stale = _copy_package(path, tmp_path / "op_static.pt2", lambda s: {**s, "custom_ops": [
         {**s["custom_ops"][0], "schema": "my_ops::identity_conv_op(Tensor x, int k) -> Tensor"}]})
     code, _, err = run_cli(capsys, "-q", "verify", str(stale))
     assert code == 2
@@ -271,7 +266,7 @@ def test_verify_refuses_a_library_that_registers_another_schema(capsys, tmp_path
 
 def test_verify_names_a_library_that_is_not_loaded(capsys, tmp_path, exported):
     path, _, _ = exported("op_static")
-    other = _with_spec_edit(path, tmp_path / "op_static.pt2", lambda s: {**s, "custom_ops": s["custom_ops"] + [
+    other = _copy_package(path, tmp_path / "op_static.pt2", lambda s: {**s, "custom_ops": s["custom_ops"] + [
         {"name": "other_ops::thing", "overload": "", "namespace": "other_ops", "schema": "other_ops::thing(Tensor x) -> Tensor",
          "library": "libother_ops.so"}]})
     code, _, err = run_cli(capsys, "-q", "verify", str(other))
