@@ -28,7 +28,8 @@ constexpr int64_t kMinMacsPerThread = int64_t{1} << 16;
 constexpr int64_t kChunkRows = 8;
 
 // The best row kernels this CPU runs, chosen once. ATEN_CPU_CAPABILITY (torch's switch for its own kernels:
-// default, avx2, avx512) caps the choice here too.
+// default, avx2, avx512) caps the choice here too; avx512 is x86-64-v4 (F/DQ/VL/BW), so it also leaves out the
+// AVX512-BF16 variant, which only an unset (or unknown) value picks.
 const RowKernels& row_kernels() {
   static const RowKernels k = [] {
     const char* env = std::getenv("ATEN_CPU_CAPABILITY");
@@ -40,6 +41,8 @@ const RowKernels& row_kernels() {
     const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    const bool bf16 = avx512 && __builtin_cpu_supports("avx512bf16");
+    if (bf16 && cap != "avx2" && cap != "avx512" && row_kernels_avx512_bf16(&chosen)) return chosen;
     if (avx512 && cap != "avx2" && row_kernels_avx512(&chosen)) return chosen;
     if (avx2 && row_kernels_avx2(&chosen)) return chosen;
 #endif
@@ -48,9 +51,10 @@ const RowKernels& row_kernels() {
   return k;
 }
 
-// float, half and bfloat16: each task takes whole output rows of one plane. Its input rows (with the K/2 halo
-// rows above and below) are converted to float once, into a buffer of zero-padded rows, and the row kernels
-// compute two output rows at a time from it.
+// float, half and bfloat16: each task takes whole output rows of one plane. Where the CPU's kernels read planes
+// in place (AVX-512: float and bfloat16), a task is one call; otherwise its input rows (with the K/2 halo rows
+// above and below) are converted to float once, into a buffer of zero-padded rows, and the row kernels compute two
+// output rows at a time from it.
 template <typename scalar_t>
 void depthwise_float(const scalar_t* in, const float* weight, scalar_t* out, int64_t C, int64_t H, int64_t W,
                      int64_t k, int64_t planes) {
@@ -59,6 +63,10 @@ void depthwise_float(const scalar_t* in, const float* weight, scalar_t* out, int
   const int64_t rows_per_task = std::max<int64_t>(1, std::min<int64_t>(H, kConvGrain / std::max<int64_t>(W, 1)));
   const int64_t blocks = (H + rows_per_task - 1) / rows_per_task;
   const RowKernels& kernels = row_kernels();
+  DepthwisePlaneFn plane = nullptr;
+  if constexpr (std::is_same_v<scalar_t, float>) plane = kernels.plane_f32;
+  if constexpr (std::is_same_v<scalar_t, at::BFloat16>) plane = kernels.plane_bf16;
+  if (!plane_kernel_takes(k)) plane = nullptr;
   const int64_t tasks = planes * blocks;
   // Threads only for enough work to pay for waking them; tasks handed out in small chunks as threads ask, so a
   // core slowed by something else (a shared machine) does less of the work instead of holding the others up.
@@ -67,6 +75,16 @@ void depthwise_float(const scalar_t* in, const float* weight, scalar_t* out, int
   const int64_t chunk = workers == 1 ? tasks : std::clamp<int64_t>(tasks / (workers * 8), 1, 8);
   std::atomic<int64_t> next_chunk{0};
   at::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
+    if (plane != nullptr) {
+      for (int64_t begin; (begin = next_chunk.fetch_add(chunk)) < tasks;) {
+        for (int64_t task = begin; task < std::min(tasks, begin + chunk); ++task) {
+          const int64_t p = task / blocks, h0 = (task % blocks) * rows_per_task;
+          plane(in + p * H * W, H, W, weight + (p % C) * k * k, out + p * H * W, h0, std::min(H, h0 + rows_per_task),
+                k);
+        }
+      }
+      return;
+    }
     const int64_t buffer_rows = rows_per_task + 2 * pad;
     // The input rows, then (for half types) the task's output rows in float; the pads are never written.
     const bool half = !std::is_same_v<scalar_t, float>;

@@ -21,15 +21,25 @@ using DepthwiseRowsFn = void (*)(const float* in, int64_t stride, const float* w
 using Bf16ToFloatFn = void (*)(const uint16_t* in, float* out, int64_t n);
 using FloatToBf16Fn = void (*)(const float* in, uint16_t* out, int64_t n);
 
+// Output rows h0..h1-1 of one H x W plane (float, or bfloat16 as uint16_t), read in place with the zero padding
+// done by the kernel: no copy of the input. Only for a K that plane_kernel_takes.
+using DepthwisePlaneFn = void (*)(const void* in, int64_t H, int64_t W, const float* weight, void* out, int64_t h0,
+                                  int64_t h1, int64_t K);
+constexpr bool plane_kernel_takes(int64_t K) { return K == 1 || K == 3 || K == 5 || K == 7; }
+
 struct RowKernels {
   DepthwiseRowsFn rows;
   Bf16ToFloatFn from_bf16;
   FloatToBf16Fn to_bf16;
+  // null where the ISA has none (the padded-row path is used)
+  DepthwisePlaneFn plane_f32 = nullptr;
+  DepthwisePlaneFn plane_bf16 = nullptr;
 };
 
 RowKernels row_kernels_baseline();
 // false when the library was built without them (non-x86)
 bool row_kernels_avx2(RowKernels* out);
 bool row_kernels_avx512(RowKernels* out);
+bool row_kernels_avx512_bf16(RowKernels* out);
 
 }  // namespace my_ops

@@ -36,8 +36,10 @@ def test_default_weight_is_identity(k, dtype, device):
 
 
 @pytest.mark.parametrize("k", [1, 3, 5, 7])
-# Widths cover every vector block and tail of the row kernels; 40x700 splits a plane between two tasks.
-@pytest.mark.parametrize("hw", [(13, 17), (3, 2), (1, 1), (5, 24), (9, 31), (4, 56), (33, 70), (40, 700)],
+# Widths cover every vector block and tail of the row kernels and every strip shape of the AVX-512 plane kernels
+# (49, 65: a last vector with fewer columns than k // 2 for some k); 40x700 splits a plane between two tasks.
+@pytest.mark.parametrize("hw", [(13, 17), (3, 2), (1, 1), (5, 24), (9, 31), (4, 56), (3, 49), (33, 70), (5, 65),
+                                (40, 700)],
                          ids=lambda s: "x".join(map(str, s)))
 def test_forward_matches_depthwise_conv2d(k, hw, dtype, device):
     C = 6
@@ -65,6 +67,10 @@ for k in (1, 3, 5, 7):
             conv.set_weight(w)
             x = torch.randn(3, 6, *hw).to(dtype)
             outs.append((x, w, conv.forward(x)))
+# float32 denormal sums: the AVX512-BF16 rounding instruction flushes them to zero
+conv = torch.classes.my_ops.IdentityConvClass(6, 1)
+x = torch.full((1, 6, 2, 20), 3e-39).to(torch.bfloat16)
+outs.append((x, conv.get_weight(), conv.forward(x)))
 torch.save(outs, sys.argv[1])
 """
 
@@ -75,8 +81,10 @@ def _host_has(*flags):
     return all(flag in have for flag in flags)
 
 
-# ATEN_CPU_CAPABILITY -> the CPU flags the kernels it selects need (/proc/cpuinfo names).
-KERNEL_VARIANTS = {"default": (), "avx2": ("avx2", "fma"), "avx512": ("avx512f", "avx512dq", "avx512vl", "avx512bw")}
+# ATEN_CPU_CAPABILITY -> the CPU flags the kernels it selects need (/proc/cpuinfo names); unset, the library takes
+# its best, which is the AVX512-BF16 variant only where the CPU has it (avx512 caps at x86-64-v4).
+KERNEL_VARIANTS = {"default": (), "avx2": ("avx2", "fma"), "avx512": ("avx512f", "avx512dq", "avx512vl", "avx512bw"),
+                   None: ("avx512f", "avx512dq", "avx512vl", "avx512bw", "avx512_bf16")}
 
 
 @pytest.fixture(scope="module")
@@ -88,14 +96,17 @@ def kernel_outputs(tmp_path_factory):
         if not _host_has(*flags):
             continue
         out = tmp_path_factory.mktemp("kernels") / f"{variant}.pt"
+        env = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
+        if variant is not None:
+            env["ATEN_CPU_CAPABILITY"] = variant
         result = subprocess.run([sys.executable, "-c", BASELINE, str(out)], capture_output=True, text=True,
-                                timeout=300, env={**os.environ, "ATEN_CPU_CAPABILITY": variant})
+                                timeout=300, env=env)
         assert result.returncode == 0, result.stderr
         outs[variant] = torch.load(out)
     return outs
 
 
-@pytest.mark.parametrize("variant", list(KERNEL_VARIANTS))
+@pytest.mark.parametrize("variant", list(KERNEL_VARIANTS), ids=lambda v: v or "avx512_bf16")
 def test_each_cpu_kernel_variant_matches_the_reference(kernel_outputs, variant):
     if variant not in kernel_outputs:
         pytest.skip(f"needs a CPU with {', '.join(KERNEL_VARIANTS[variant])} to run the {variant} kernels")
@@ -103,12 +114,27 @@ def test_each_cpu_kernel_variant_matches_the_reference(kernel_outputs, variant):
         torch.testing.assert_close(out, reference(x, w), **TOL[x.dtype])
 
 
+def test_the_bfloat16_variant_rounds_like_the_avx512_one(kernel_outputs):
+    """The AVX512-BF16 variant differs from the AVX-512 one in its bfloat16 rounding instruction only: the same
+    bits out, except that float32 denormal sums become zero (which also shows it is other code)."""
+    if None not in kernel_outputs:
+        pytest.skip("needs a CPU with avx512_bf16 to run the AVX512-BF16 kernels")
+    pairs = list(zip(kernel_outputs["avx512"], kernel_outputs[None]))
+    flushed = 0
+    for p, q in pairs:
+        tiny = p[2].float().abs() < torch.finfo(torch.float32).tiny
+        torch.testing.assert_close(q[2][~tiny], p[2][~tiny], rtol=0, atol=0)
+        assert torch.all(q[2][tiny & (p[2] != 0)] == 0)
+        flushed += int((tiny & (p[2] != 0)).sum())
+    assert flushed > 0
+
+
 def test_the_kernel_variants_are_different_code(kernel_outputs):
     """Forcing a variant runs other code: its float32 results differ in the last bits from each other variant's
     (vector width and FMA change the summation order), so the switch is not a no-op."""
     if len(kernel_outputs) < 2:
         pytest.skip("needs a CPU with AVX2 to have two kernel variants")
-    names = list(kernel_outputs)
+    names = [name for name in kernel_outputs if name is not None]  # the bfloat16 variant: the test above
     for i, a in enumerate(names):
         for b in names[i + 1:]:
             pairs = zip(kernel_outputs[a], kernel_outputs[b])
