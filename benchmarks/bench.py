@@ -90,6 +90,7 @@ import json, sys, time, statistics, torch
 ops, package, inputs, iters, factory = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
 torch.ops.load_library(ops)
 import my_ops  # noqa: F401  (the fakes, so torch.compile can trace the ops)
+import export_tools
 from export_tools import models
 x = torch.load(inputs)
 model, _ = getattr(models, factory)()

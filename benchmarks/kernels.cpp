@@ -13,10 +13,12 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <dlfcn.h>
+#include <malloc.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -175,6 +177,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: --device cuda, but this torch sees no CUDA device\n");
     return 2;
   }
+  // Every kernel and baseline allocates its output per call. With glibc's defaults a large one is a fresh mmap each
+  // time, and the call pays a page fault per 4 KiB written (about the time of the kernel itself at 64 MiB), or not,
+  // depending on what the allocator happened to keep. Served from the heap and kept when freed (a long-running
+  // process in steady state), outputs cost the kernels' own time, whichever side is measured.
+  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
   int rest_argc = static_cast<int>(rest.size());
   benchmark::Initialize(&rest_argc, rest.data());
   if (benchmark::ReportUnrecognizedArguments(rest_argc, rest.data())) return 2;
