@@ -84,22 +84,40 @@ def _load_ops_libraries(args) -> None:
         load_ops_library(path)
 
 
+def _dynamic_shapes(args, model, inputs):
+    """--dynamic items -> dynamic_shapes keyed by input name (None without any)."""
+    from .dynamic import DynamicShapesError, input_names, parse_cli
+    if not args.dynamic:
+        return None
+    try:
+        return parse_cli(args.dynamic, input_names(model, len(inputs)))
+    except DynamicShapesError as e:
+        raise UsageError(str(e)) from None
+
+
 def _cmd_export(args) -> int:
     from .export import export_package
     _load_ops_libraries(args)
     model, inputs = _load_factory(args.model)
     metadata = dict(kv.split("=", 1) for kv in args.metadata) if args.metadata else None
-    export_package(model, inputs, args.out, dynamic_batch=args.dynamic_batch, golden=args.golden,
-                   cpu_isa=args.cpu_isa, device=args.device, metadata=metadata)
+    export_package(model, inputs, args.out, dynamic_batch=args.dynamic_batch,
+                   dynamic_shapes=_dynamic_shapes(args, model, inputs), golden=args.golden,
+                   cpu_isa=args.cpu_isa, device=args.device, metadata=metadata,
+                   allow_degenerate_golden=args.allow_degenerate_golden, golden_max_mb=args.golden_max_mb)
     print(args.out)
     return EXIT_OK
 
 
 def _cmd_graph(args) -> int:
+    from .dynamic import DynamicShapesError, normalize
     from .export import _export
     _load_ops_libraries(args)
     model, inputs = _load_factory(args.model)
-    ep = _export(model.eval(), list(inputs), args.dynamic_batch)
+    try:
+        dims = normalize(model, list(inputs), args.dynamic_batch, _dynamic_shapes(args, model, inputs))
+    except DynamicShapesError as e:
+        raise UsageError(str(e)) from None
+    ep = _export(model.eval(), list(inputs), dims)
     print(ep.graph_module.print_readable(print_output=False) if args.readable else ep.graph)
     return EXIT_OK
 
@@ -124,17 +142,30 @@ def _format_spec(spec: dict) -> str:
         lines.append(f"variant      {v['isa']:<8} {v['arch']} model {v['model']}  {v['record']}  sha256 {v['sha256']}")
         lines.append(f"  features   {' '.join(v['cpu_features']) or '(baseline ' + v['arch'] + ')'}")
     g = spec.get("golden") or {}
-    tol = ", ".join(f"{k} rtol={v['rtol']:g} atol={v['atol']:g}" for k, v in g.get("tolerances", {}).items())
+    tol = ", ".join(f"{k} rtol={v['rtol']:g} atol={v['atol']:g}" + (f" atol_rel={v['atol_rel']:g}" if "atol_rel" in v else "")
+                    for k, v in g.get("tolerances", {}).items())
     lines.append(f"golden       {g.get('count')} cases in {g.get('record')}  ({tol})")
+    if g.get("left_out"):
+        lines.append(f"  left out   {', '.join(g['left_out'])} (over the size cap)")
+    if g.get("degenerate_outputs"):
+        lines.append(f"  degenerate outputs {', '.join(map(str, g['degenerate_outputs']))} (exported anyway)")
     for k, v in spec.get("metadata", {}).items():
         lines.append(f"metadata     {k} = {v}")
     return "\n".join(lines)
 
 
 def _cmd_inspect(args) -> int:
-    from .export import read_spec
+    from .export import package_sizes, read_spec
     spec = read_spec(args.package)
-    print(json.dumps(spec, indent=2) if args.json else _format_spec(spec))
+    if args.json:
+        print(json.dumps(spec, indent=2))
+        return EXIT_OK
+    print(_format_spec(spec))
+    sizes = package_sizes(args.package)
+    total = sizes.pop("total (file)")
+    print(f"size         {total / (1 << 20):.2f} MiB")
+    for what, n in sorted(sizes.items(), key=lambda kv: -kv[1]):
+        print(f"  {n / (1 << 20):8.2f} MiB  {100 * n / max(total, 1):5.1f} %  {what}")
     return EXIT_OK
 
 
@@ -147,7 +178,8 @@ def _cmd_verify(args) -> int:
         return EXIT_MISMATCH
     for r in report:
         status = "ok  " if r["passed"] else "FAIL"
-        print(f"{status} {r['variant']:<8} {r['name']:<24} max abs {r['max_abs_error']:.3g}  max rel {r['max_rel_error']:.3g}"
+        print(f"{status} {r['variant']:<8} {r['name']:<24} max abs {r['max_abs_error']:.3g}  "
+              f"max err/scale {r['max_scaled_error']:.3g}"
               + (f"  {r['reason']}" if r["reason"] else ""))
     return EXIT_OK if all(r["passed"] for r in report) else EXIT_MISMATCH
 
@@ -181,11 +213,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, metavar="MODULE:FACTORY")
     p.add_argument("--out", required=True, type=Path, metavar="PATH", help="the package to write (.pt2)")
     p.add_argument("--dynamic-batch", type=_dynamic_batch, metavar="MIN:MAX", help="dim 0 of every input is dynamic")
-    p.add_argument("--golden", type=int, default=4, metavar="N", help="golden cases to store (default 4)")
+    p.add_argument("--dynamic", action="append", metavar="INPUT.DIM=NAME:MIN:MAX",
+                   help="one dynamic dim (repeatable; INPUT: a forward parameter name or an index; equal NAMEs are "
+                        "one size), e.g. --dynamic x.0=batch:1:32 --dynamic x.2=h:32:512")
+    p.add_argument("--golden", type=int, default=4, metavar="N",
+                   help="golden cases to store (default 4; with dynamic dims at least the corners of every range)")
     p.add_argument("--cpu-isa", type=_cpu_isa, default=None, metavar="ISA[,ISA...]",
                    help="CPU code variants, one compile each, in one package: native (this machine's best, "
                         "-march=native; the default), avx512, avx2, default (portable x86-64 levels); e.g. "
                         "avx2,avx512 runs on any AVX2 host and at full speed on AVX-512 ones")
+    p.add_argument("--golden-max-mb", type=float, default=16, metavar="MIB",
+                   help="keep the golden cases' tensors within MIB (default 16; cases past it are left out, the "
+                        "example is always kept)")
+    p.add_argument("--allow-degenerate-golden", action="store_true",
+                   help="export even if an output is all zeros or constant in every golden case (warns instead)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--metadata", action="append", metavar="KEY=VALUE", help="extra metadata for the spec (repeatable)")
     p.add_argument("--ops-library", action="append", metavar="PATH",
@@ -197,6 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Export MODULE:FACTORY with torch.export and print its graph.")
     p.add_argument("--model", required=True, metavar="MODULE:FACTORY")
     p.add_argument("--dynamic-batch", type=_dynamic_batch, metavar="MIN:MAX")
+    p.add_argument("--dynamic", action="append", metavar="INPUT.DIM=NAME:MIN:MAX")
     p.add_argument("--readable", action="store_true", help="Python code instead of the FX graph")
     p.add_argument("--ops-library", action="append", metavar="PATH",
                    help="an ops library to load first (repeatable); libraries the model's own imports load are "

@@ -66,7 +66,10 @@ pt2rt::Spec printable_spec(pt2rt::Spec s) {
   for (auto* list : {&s.inputs, &s.outputs}) {
     for (auto& t : *list) {
       t.name = printable(t.name);
-      for (auto& d : t.dynamic_dims) d.name = printable(d.name);
+      for (auto& d : t.dynamic_dims) {
+        d.name = printable(d.name);
+        d.of = printable(d.of);
+      }
     }
   }
   for (auto* list : {&s.custom_ops, &s.custom_classes}) {
@@ -259,8 +262,8 @@ int cmd_verify(const std::string& package, const std::vector<std::string>& ops) 
     if (!report.passed()) quiet.failed();  // a case whose run failed has a FAIL line with the reason
   }
   for (const auto& c : report.cases) {
-    std::printf("%s %-24s max abs %.3g  max rel %.3g%s%s\n", c.passed ? "ok  " : "FAIL", c.name.c_str(),
-                c.max_abs_error, c.max_rel_error, c.reason.empty() ? "" : "  ", c.reason.c_str());
+    std::printf("%s %-24s max abs %.3g  max err/scale %.3g%s%s\n", c.passed ? "ok  " : "FAIL", c.name.c_str(),
+                c.max_abs_error, c.max_scaled_error, c.reason.empty() ? "" : "  ", c.reason.c_str());
   }
   const auto passed = std::count_if(report.cases.begin(), report.cases.end(), [](const auto& c) { return c.passed; });
   std::printf("%s: %ld of %zu golden cases passed on this machine (CPU variant %s)\n",

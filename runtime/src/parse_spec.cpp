@@ -65,6 +65,17 @@ TensorSpec parse_tensor(const nlohmann::json& j, const std::string& path) {
     if (dim.min < 0 || (dim.max && *dim.max < dim.min)) {
       malformed(path, "dynamic dim " + dim.name + " has an empty or negative range");
     }
+    if (d.contains("of")) {
+      dim.of = d.at("of").get<std::string>();
+      dim.scale = integer(d.at("scale"), "dynamic dim " + dim.name + " scale", path);
+      dim.offset = integer(d.at("offset"), "dynamic dim " + dim.name + " offset", path);
+      if (dim.of.empty() || dim.of == dim.name || dim.scale < 1 || dim.scale > (int64_t{1} << 32) ||
+          dim.offset < -(int64_t{1} << 32) || dim.offset > (int64_t{1} << 32)) {
+        malformed(path, "dynamic dim " + dim.name + " is derived from '" + dim.of + "' with scale " +
+                            std::to_string(dim.scale) + " offset " + std::to_string(dim.offset) +
+                            "; expected another dim, 1 <= scale <= 2^32, |offset| <= 2^32");
+      }
+    }
     if (index < 0 || index >= static_cast<int64_t>(t.shape.size()) || t.shape[index] != -1) {
       malformed(path, "tensor " + t.name + ": dynamic dim " + std::to_string(index) + " is not a -1 of its shape");
     }
@@ -180,9 +191,21 @@ Spec parse_spec(const std::string& json_text, const std::string& path) {
     if (!golden.is_object()) malformed(path, "golden is missing");
     s.golden_record = golden.at("record").get<std::string>();
     s.golden_names = golden.at("names").get<std::vector<std::string>>();
+    if (golden.contains("degenerate_outputs")) {
+      for (int64_t o : integers(golden.at("degenerate_outputs"), "golden degenerate_outputs", path)) {
+        if (o < 0 || o >= static_cast<int64_t>(s.outputs.size())) {
+          malformed(path, "golden degenerate_outputs names output " + std::to_string(o) + " of " +
+                              std::to_string(s.outputs.size()));
+        }
+        s.degenerate_outputs.push_back(static_cast<int>(o));
+      }
+    }
     for (const auto& [dtype, tol] : golden.at("tolerances").items()) {
-      const Tolerance t{tol.at("rtol").get<double>(), tol.at("atol").get<double>()};
-      if (!(t.rtol >= 0 && t.atol >= 0)) malformed(path, "tolerances for " + dtype + " must not be negative");
+      Tolerance t{tol.at("rtol").get<double>(), tol.at("atol").get<double>(), std::nullopt};
+      if (tol.contains("atol_rel")) t.atol_rel = tol.at("atol_rel").get<double>();
+      if (!(t.rtol >= 0 && t.atol >= 0 && t.atol_rel.value_or(0) >= 0)) {
+        malformed(path, "tolerances for " + dtype + " must not be negative");
+      }
       s.tolerances[dtype] = t;
     }
     if (j.contains("metadata")) s.metadata = j.at("metadata").get<std::map<std::string, std::string>>();

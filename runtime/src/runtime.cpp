@@ -4,6 +4,9 @@
 
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <map>
 #include <mutex>
 
@@ -90,11 +93,23 @@ void validate(const Spec& spec, const std::vector<TensorView>& inputs) {
                                           (dd.max ? std::to_string(*dd.max) : std::string("inf")) + ", got " +
                                           std::to_string(size));
       }
-      auto [it, inserted] = named.try_emplace(dd.name, size, who);
-      if (!inserted && it->second.first != size) {
-        throw Error(ErrorCode::Input, who + ": dim " + std::to_string(dd.dim) + " (" + dd.name + ") is " +
-                                          std::to_string(size) + ", but " + it->second.second + " has " + dd.name +
-                                          " = " + std::to_string(it->second.first));
+      auto same = [&](const std::string& name, int64_t value) {
+        auto [it, inserted] = named.try_emplace(name, value, who);
+        if (!inserted && it->second.first != value) {
+          const std::string what = name == dd.name ? ") is " + std::to_string(value)
+                                                   : ") makes " + name + " = " + std::to_string(value);
+          throw Error(ErrorCode::Input, who + ": dim " + std::to_string(dd.dim) + " (" + dd.name + what + ", but " +
+                                            it->second.second + " has " + name + " = " +
+                                            std::to_string(it->second.first));
+        }
+      };
+      same(dd.name, size);
+      if (!dd.of.empty()) {
+        if ((size - dd.offset) % dd.scale != 0) {
+          throw Error(ErrorCode::Input, who + ": dim " + std::to_string(dd.dim) + " must be " + dd.name +
+                                            " for a whole " + dd.of + ", got " + std::to_string(size));
+        }
+        same(dd.of, (size - dd.offset) / dd.scale);
       }
     }
     if (v.device != device) {
@@ -105,21 +120,30 @@ void validate(const Spec& spec, const std::vector<TensorView>& inputs) {
   }
 }
 
-bool close_enough(const at::Tensor& actual, const at::Tensor& expected, const Tolerance& tol, double& max_abs,
-                  double& max_rel) {
+double magnitude(const at::Tensor& t) {
+  const at::Tensor m = t.abs().masked_select(at::isfinite(t));
+  return m.numel() ? m.max().item<double>() : 0.0;
+}
+
+bool close_enough(const at::Tensor& actual, const at::Tensor& expected, const Tolerance& tol, bool fixed_atol,
+                  double& max_abs, double& max_rel, double& max_scaled) {
   const at::Tensor a = actual.to(at::kCPU, at::kDouble), e = expected.to(at::kCPU, at::kDouble);
   if (a.numel() == 0) return true;
   const at::Tensor diff = (a - e).abs();
   const at::Tensor finite = at::isfinite(diff);
+  const double scale = std::max(magnitude(e), magnitude(a));
   if (finite.any().item<bool>()) {
-    max_abs = std::max(max_abs, diff.masked_select(finite).max().item<double>());
+    const double worst = diff.masked_select(finite).max().item<double>();
+    max_abs = std::max(max_abs, worst);
     const at::Tensor rel = diff / e.abs().clamp_min(std::numeric_limits<double>::min());
     max_rel = std::max(max_rel, rel.masked_select(finite).max().item<double>());
+    max_scaled = std::max(max_scaled, scale > 0 ? worst / scale : 0.0);
   }
   // Integers and bools compare exactly, whatever the table says, and in their own type: through double, int64
   // values above 2^53 that differ could compare equal.
   if (!at::isFloatingType(expected.scalar_type())) return at::equal(actual.cpu(), expected.cpu());
-  return at::allclose(a, e, tol.rtol, tol.atol, /*equal_nan=*/true);
+  const double atol = tol.atol_rel && !fixed_atol ? *tol.atol_rel * scale : tol.atol;
+  return at::allclose(a, e, tol.rtol, atol, /*equal_nan=*/true);
 }
 
 }  // namespace
@@ -258,10 +282,16 @@ VerifyReport Runtime::verify() const {
       const auto dtype = detail::from_scalar_type(e.scalar_type());
       const auto it = dtype ? spec.tolerances.find(dtype_name(*dtype)) : spec.tolerances.end();
       const Tolerance tol = it != spec.tolerances.end() ? it->second : Tolerance{};
-      if (!close_enough(a, e, tol, r.max_abs_error, r.max_rel_error)) {
+      const bool fixed = std::find(spec.degenerate_outputs.begin(), spec.degenerate_outputs.end(),
+                                   static_cast<int>(o)) != spec.degenerate_outputs.end();
+      if (!close_enough(a, e, tol, fixed, r.max_abs_error, r.max_rel_error, r.max_scaled_error)) {
         r.passed = false;
-        r.reason = "output " + std::to_string(o) + " differs beyond rtol " + std::to_string(tol.rtol) + ", atol " +
-                   std::to_string(tol.atol);
+        char text[160];
+        std::snprintf(text, sizeof text, "output %zu differs beyond rtol %g, atol %g%s (max error/scale %.3g)", o,
+                      tol.rtol, tol.atol_rel && !fixed ? *tol.atol_rel : tol.atol,
+                      tol.atol_rel && !fixed ? " x its max |value|" : "",
+                      r.max_scaled_error);
+        r.reason = text;
       }
     }
     report.cases.push_back(r);

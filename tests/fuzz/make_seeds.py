@@ -51,6 +51,14 @@ def broken_spec_seeds(spec: dict, out: Path) -> None:
         {"dim": 0, "name": "batch", "min": 5, "max": 4}]))
     write("no-variants", lambda s: s.update(variants=[]))
     write("shape-not-a-list", lambda s: s["inputs"][0].update(shape="1x3"))
+    write("derived-scale-zero", lambda s: s["inputs"][0].update(dynamic_dims=[
+        {"dim": 0, "name": "2*b", "of": "b", "scale": 0, "offset": 0, "min": 2, "max": 8}]))
+    write("degenerate-output-index", lambda s: s["golden"].update(degenerate_outputs=[len(s["outputs"])]))
+    # and one the parser takes: a derived dim (2*b + 1 of b)
+    ok = json.loads(json.dumps(spec))
+    ok["inputs"][0]["dynamic_dims"] = [{"dim": 0, "name": "2*b+1", "expr": "2*b+1", "of": "b", "scale": 2,
+                                        "offset": 1, "min": 3, "max": 65}]
+    (out / "derived-dim-spec.json").write_text(json.dumps(ok))
 
 
 def tensor_seeds(out: Path) -> None:

@@ -9,6 +9,7 @@ import torch
 
 import export_tools
 from export_tools import ExportError, cpu, export_package, load_package, models, read_spec, verify_package
+from export_tools.dynamic import normalize
 from export_tools.export import GOLDEN_RECORD, _export, read_golden
 
 SCHEMA = json.loads((__import__("pathlib").Path(__file__).parents[2] / "docs" / "pt2rt-spec-2.schema.json").read_text())
@@ -16,7 +17,7 @@ SCHEMA = json.loads((__import__("pathlib").Path(__file__).parents[2] / "docs" / 
 
 def test_graph_calls_the_class_through_call_torchbind_and_the_op_directly():
     model, inputs = models.identity_conv_net()
-    ep = _export(model, list(inputs), (1, 32))
+    ep = _export(model, list(inputs), normalize(model, list(inputs), (1, 32), None))
     targets = [n.target for n in ep.graph.nodes if n.op == "call_function"]
     assert torch.ops.higher_order.call_torchbind in targets
     assert torch.ops.my_ops.identity_conv_op.default in targets

@@ -97,6 +97,10 @@ struct DynamicDim {
   std::string name;
   int64_t min = 0;
   std::optional<int64_t> max;  // none: unbounded
+  // A dim derived from another: size = scale * <of> + offset (torch's Dim arithmetic, scale >= 1); of empty: none.
+  std::string of;
+  int64_t scale = 1;
+  int64_t offset = 0;
 };
 
 struct TensorSpec {
@@ -129,9 +133,12 @@ struct Variant {
   int64_t size = 0;
 };
 
+// An output passes when |actual - expected| <= atol' + rtol * |expected| elementwise, with atol' = atol_rel * the
+// largest finite |value| of expected and actual (atol without atol_rel, and for Spec::degenerate_outputs).
 struct Tolerance {
   double rtol = 0;
   double atol = 0;
+  std::optional<double> atol_rel;
 };
 
 struct Spec {
@@ -150,6 +157,7 @@ struct Spec {
   std::string golden_record;
   std::vector<std::string> golden_names;
   std::map<std::string, Tolerance> tolerances;  // per output dtype name
+  std::vector<int> degenerate_outputs;           // exported although constant in every case: fixed atol
   std::map<std::string, std::string> metadata;
   std::string created_by;
   std::string json;  // the spec as stored
@@ -186,7 +194,8 @@ struct CaseReport {
   std::string name;
   bool passed = false;
   double max_abs_error = 0;
-  double max_rel_error = 0;
+  double max_rel_error = 0;     // elementwise |actual - expected| / |expected|
+  double max_scaled_error = 0;  // |actual - expected| / max |expected| of its output
   std::string reason;  // why it failed; empty when it passed
 };
 

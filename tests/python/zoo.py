@@ -1,0 +1,101 @@
+"""Models nobody here tuned the exporter for, built from torch.nn (no downloads), each with its example inputs and
+the dynamic_shapes it is exported with. recipes[name] -> (factory, export kwargs)."""
+
+from __future__ import annotations
+
+import my_ops  # noqa: F401  (the depthwise layer of the conv net)
+import torch
+from torch.export import Dim
+
+
+class ConvNet(torch.nn.Module):
+    """A small image classifier: stem conv, our depthwise class with a non-identity weight, a stride-2 conv, global
+    pooling and a linear head. Any batch, height and width."""
+
+    def __init__(self):
+        super().__init__()
+        gen = torch.Generator().manual_seed(1)
+        self.stem = torch.nn.Conv2d(3, 16, 3, padding=1)
+        self.depthwise = torch.classes.my_ops.IdentityConvClass(16, 3)
+        self.depthwise.set_weight(torch.randn(16, 1, 3, 3, generator=gen) * 0.3)
+        self.down = torch.nn.Conv2d(16, 32, 3, stride=2, padding=1)
+        self.head = torch.nn.Linear(32, 10)
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.stem(image))
+        y = self.depthwise.forward(y)
+        y = torch.relu(self.down(y))
+        return self.head(y.mean(dim=(2, 3)))
+
+
+class Encoder(torch.nn.Module):
+    """torch.nn.TransformerEncoder over token embeddings with a key padding mask (True = padding); the first token
+    is never padding, so no row is all padding."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(100, 32)
+        layer = torch.nn.TransformerEncoderLayer(32, 4, dim_feedforward=64, dropout=0.0, batch_first=True)
+        self.encoder = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.out = torch.nn.Linear(32, 5)
+
+    def forward(self, tokens: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
+        padding = padding & (torch.arange(padding.shape[1], device=padding.device) > 0)
+        y = self.encoder(self.embed(tokens), src_key_padding_mask=padding)
+        keep = (~padding).unsqueeze(-1).to(y.dtype)
+        return self.out((y * keep).sum(1) / keep.sum(1))
+
+
+class TwoScales(torch.nn.Module):
+    """Two inputs sharing the batch, the second at twice the first's resolution (a derived dim: 2*h, 2*w), and two
+    outputs."""
+
+    def __init__(self):
+        super().__init__()
+        self.mix = torch.nn.Conv2d(4, 4, 1)
+
+    def forward(self, coarse: torch.Tensor, fine: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        up = torch.nn.functional.interpolate(coarse, scale_factor=2.0, mode="nearest")
+        mixed = self.mix(up + fine)
+        return mixed, mixed.amax(dim=(2, 3))
+
+
+def conv_net(dtype: torch.dtype = torch.float32):
+    model = ConvNet().eval().to(dtype)
+    image = torch.randn(1, 3, 24, 40).to(dtype)  # a batch-1 example
+    return model, (image,)
+
+
+def conv_net_shapes():
+    return {"image": {0: Dim("batch", min=1, max=8), 2: Dim("h", min=8, max=64), 3: Dim("w", min=8, max=64)}}
+
+
+def encoder():
+    model = Encoder().eval()
+    tokens = torch.randint(0, 100, (2, 7))
+    padding = torch.zeros(2, 7, dtype=torch.bool)
+    padding[1, 5:] = True
+    return model, (tokens, padding)
+
+
+def encoder_shapes():
+    batch, seq = Dim("batch", min=1, max=4), Dim("seq", min=2, max=16)
+    return {"tokens": {0: batch, 1: seq}, "padding": {0: batch, 1: seq}}
+
+
+def two_scales():
+    return TwoScales().eval(), (torch.randn(2, 4, 5, 6), torch.randn(2, 4, 10, 12))
+
+
+def two_scales_shapes():
+    batch, h, w = Dim("batch", min=1, max=6), Dim("h", min=2, max=20), Dim("w", min=2, max=20)
+    return {"coarse": {0: batch, 2: h, 3: w}, "fine": {0: batch, 2: 2 * h, 3: 2 * w}}
+
+
+RECIPES = {
+    "conv_net": (conv_net, conv_net_shapes),
+    "conv_net_fp16": (lambda: conv_net(torch.float16), conv_net_shapes),
+    "conv_net_bf16": (lambda: conv_net(torch.bfloat16), conv_net_shapes),
+    "encoder": (encoder, encoder_shapes),
+    "two_scales": (two_scales, two_scales_shapes),
+}
