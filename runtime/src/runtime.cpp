@@ -287,10 +287,12 @@ VerifyReport Runtime::verify() const {
       if (!close_enough(a, e, tol, fixed, r.max_abs_error, r.max_rel_error, r.max_scaled_error)) {
         r.passed = false;
         char text[160];
-        std::snprintf(text, sizeof text, "output %zu differs beyond rtol %g, atol %g%s (max error/scale %.3g)", o,
-                      tol.rtol, tol.atol_rel && !fixed ? *tol.atol_rel : tol.atol,
-                      tol.atol_rel && !fixed ? " x its max |value|" : "",
-                      r.max_scaled_error);
+        if (tol.atol_rel && !fixed) {
+          std::snprintf(text, sizeof text, "output %zu differs beyond rtol %g, atol_rel %g (of its magnitude)", o,
+                        tol.rtol, *tol.atol_rel);
+        } else {
+          std::snprintf(text, sizeof text, "output %zu differs beyond rtol %g, atol %g", o, tol.rtol, tol.atol);
+        }
         r.reason = text;
       }
     }
