@@ -82,8 +82,9 @@ int main(int argc, char** argv) {
       }
       g.inputs.push_back(x);
     }
-    // The ops library is loaded (by the runtime); the raw loader needs nothing else.
-    g.raw = std::make_unique<torch::inductor::AOTIModelPackageLoader>(package, "model", false, 1);
+    // The ops library is loaded (by the runtime); the raw loader needs nothing else. It loads the CPU variant the
+    // runtime chose: "model" is the package's first variant, which may be another ISA's code.
+    g.raw = std::make_unique<torch::inductor::AOTIModelPackageLoader>(package, g.runtime->variant().model, false, 1);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
