@@ -147,10 +147,12 @@ def symbol_names(ep: torch.export.ExportedProgram, dims: list[dict[int, Any]] | 
     for name, entry in zip(ep.graph_signature.user_inputs, dims):
         shape = placeholders[name].meta["val"].shape
         for d, dim in entry.items():
-            if not isinstance(dim, Dim) or isinstance(shape[d], int):
+            if isinstance(shape[d], int):
                 continue
             expr = shape[d].node.expr
-            root = dim.root.__name__ if isinstance(dim, _DerivedDim) else dim.__name__
+            # Dim.AUTO / Dim.DYNAMIC have no name: the input's, with the dim's index
+            root = (dim.root.__name__ if isinstance(dim, _DerivedDim) else dim.__name__ if isinstance(dim, Dim)
+                    else f"{name}_{d}")
             if expr.is_Symbol:
                 names.setdefault(expr, root)
             elif len(expr.free_symbols) == 1:

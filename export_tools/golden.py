@@ -125,7 +125,7 @@ def make_cases(run, example_inputs: list[torch.Tensor], spec_inputs: list[dict],
     used = case_bytes(cases[0])
     left_out = []
     for name, assignment in sizes:
-        label = name + "".join(f"_{k}{v}" for k, v in assignment.items()) if assignment else name
+        label = name + "".join(f"_{k}={v}" for k, v in assignment.items())
         shapes = [shape_for(t, entry["dynamic_dims"], assignment) for t, entry in zip(example_inputs, spec_inputs)]
         need = _nbytes([(shape, t.dtype) for shape, t in zip(shapes, example_inputs)])
         if max_bytes is not None and used + need > max_bytes:

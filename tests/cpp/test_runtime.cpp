@@ -125,7 +125,7 @@ TEST(Verify, Pt2runExitsOneOnAMismatch) {
   std::ifstream in(out);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   fs::remove(out);
-  EXPECT_NE(text.find("FAIL min_batch1"), std::string::npos) << text;
+  EXPECT_NE(text.find("FAIL min_batch=1"), std::string::npos) << text;
   EXPECT_NE(text.find("MISMATCH: 3 of 4 golden cases passed"), std::string::npos) << text;
 }
 

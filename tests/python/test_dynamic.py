@@ -105,3 +105,22 @@ def test_case_sizes_cover_every_corner():
     assert [n for n, _ in case_sizes(rs, 6)] == ["min", "max_batch", "max_h", "between_0", "between_1", "between_2"]
     assert case_sizes([Root("seq", 2, None, 10)], 2)[1] == ("max", {"seq": 20})  # unbounded: twice the example
     assert case_sizes([], 2) == [("random_0", {}), ("random_1", {})]
+
+
+def test_dim_hints_export_with_names_from_the_input(tmp_path):
+    """Dim.AUTO / Dim.DYNAMIC carry no name: the spec names them <input>_<dim>; an unbounded range's golden case
+    takes twice the example."""
+    from export_tools import read_golden, read_spec
+    from packages import pt2run
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return torch.relu(x) * 2 + x.sum(dim=1, keepdim=True)
+
+    path = export_package(M(), (torch.randn(3, 5),), tmp_path / "hints.pt2", golden=3,
+                          dynamic_shapes={"x": {0: Dim.AUTO, 1: Dim.DYNAMIC(min=2, max=9)}})
+    dims = read_spec(path)["inputs"][0]["dynamic_dims"]
+    assert [(d["name"], d["min"], d["max"]) for d in dims] == [("x_0", 2, None), ("x_1", 2, 9)]
+    shapes = {c.name: list(c.inputs[0].shape) for c in read_golden(path)}
+    assert shapes["max_x_0_x_0=6_x_1=2"] == [6, 2] and shapes["max_x_1_x_0=2_x_1=9"] == [2, 9]
+    assert pt2run("verify", path).returncode == 0

@@ -63,7 +63,7 @@ def test_conv_net_with_dynamic_batch_height_and_width(zoo_package, name, tmp_pat
         ("image", 0): ("batch", 1, 8), ("image", 2): ("h", 8, 64), ("image", 3): ("w", 8, 64)}
     names = spec["golden"]["names"]
     assert names[0] == "example" and image.shape[0] == 1  # a batch-1 example exported with a dynamic batch
-    assert "min_batch1_h8_w8" in names and "max_h_batch1_h64_w8" in names and "max_batch_batch8_h8_w8" in names
+    assert "min_batch=1_h=8_w=8" in names and "max_h_batch=1_h=64_w=8" in names and "max_batch_batch=8_h=8_w=8" in names
     verify = pt2run("verify", path)
     assert verify.returncode == 0, verify.stderr
     for shape in [(1, 3, 8, 8), (3, 3, 17, 50), (8, 3, 64, 64), (2, 3, 33, 9)]:
@@ -114,9 +114,9 @@ def test_golden_cases_take_every_corner(zoo_package):
     path, _, _ = zoo_package("two_scales")
     cases = {c.name: c for c in read_golden(path)}
     shapes = {name: [list(t.shape) for t in c.inputs] for name, c in cases.items()}
-    assert shapes["min_batch1_h2_w2"] == [[1, 4, 2, 2], [1, 4, 4, 4]]
-    assert shapes["max_w_batch1_h2_w20"] == [[1, 4, 2, 20], [1, 4, 4, 40]]
-    assert shapes["max_batch_batch6_h2_w2"] == [[6, 4, 2, 2], [6, 4, 4, 4]]
+    assert shapes["min_batch=1_h=2_w=2"] == [[1, 4, 2, 2], [1, 4, 4, 4]]
+    assert shapes["max_w_batch=1_h=2_w=20"] == [[1, 4, 2, 20], [1, 4, 4, 40]]
+    assert shapes["max_batch_batch=6_h=2_w=2"] == [[6, 4, 2, 2], [6, 4, 4, 4]]
     assert any(n.startswith("between_") for n in shapes)
 
 
