@@ -34,6 +34,16 @@ inline vf loadv(const float* p) {
 
 inline void storev(float* p, vf v) { std::memcpy(p, &v, sizeof v); }
 
+// A vector loaded once for several FMAs stays in a register: GCC would otherwise fold the load into each FMA as a
+// memory operand (two loads instead of one in block2, most split across cache lines).
+inline void keep_in_register([[maybe_unused]] vf& v) {
+#if defined(__AVX512F__)
+  asm("" : "+v"(v));
+#elif defined(__AVX__)
+  asm("" : "+x"(v));
+#endif
+}
+
 // One output row, V vectors of L outputs from rows[i] + w; one accumulator chain per kernel row and vector.
 template <int K, int V>
 inline void block(const float* const* rows, const float* wk, int64_t w, float* out) {
@@ -71,7 +81,10 @@ inline void block2(const float* const* rows, const float* wk, int64_t w, float* 
     for (int j = 0; j < K; ++j) {
       vf x[V];
 #pragma GCC unroll 4
-      for (int v = 0; v < V; ++v) x[v] = loadv(p + j + L * v);
+      for (int v = 0; v < V; ++v) {
+        x[v] = loadv(p + j + L * v);
+        keep_in_register(x[v]);
+      }
       if (r < K) {
         const float t = wk[r * K + j];
 #pragma GCC unroll 4
