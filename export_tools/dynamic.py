@@ -82,7 +82,7 @@ def normalize(model: torch.nn.Module, inputs: Sequence[torch.Tensor], dynamic_ba
                 raise DynamicShapesError(f"expected a torch.export.Dim for {where}.{d}, got {type(dim).__name__}")
             d %= t.dim()
             if isinstance(dim, Dim):
-                size, lo, hi = int(t.shape[d]), int(dim.min), _bound(dim.max)
+                size, lo, hi = int(t.shape[d]), int(dim.min), bound(dim.max)
                 if size < lo or (hi is not None and size > hi):
                     raise DynamicShapesError(f"example {where}.{d} is {size}, outside the range of {dim.__name__} "
                                              f"({lo}:{hi})")
@@ -96,7 +96,7 @@ def normalize(model: torch.nn.Module, inputs: Sequence[torch.Tensor], dynamic_ba
     return dims if any(dims) else None
 
 
-def _bound(value: Any) -> int | None:
+def bound(value: Any) -> int | None:
     """A Dim's max as an int, None for torch's unbounded int_oo."""
     from torch.utils._sympy.numbers import int_oo
 
@@ -122,7 +122,7 @@ def trace_inputs(inputs: list[torch.Tensor], dims: list[dict[int, Any]] | None) 
         return inputs
     ones = {dim.__name__ for t, entry in zip(inputs, dims) for d, dim in entry.items()
             if isinstance(dim, Dim) and not isinstance(dim, _DerivedDim) and t.shape[d] == 1
-            and (_bound(dim.max) is None or _bound(dim.max) >= 2)}
+            and (bound(dim.max) is None or bound(dim.max) >= 2)}
     if not ones:
         return inputs
     out = []

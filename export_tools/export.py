@@ -251,7 +251,7 @@ def _export_failure(err: Exception, dims) -> str:
         for entry in dims:
             for dim in entry.values():
                 name = getattr(dim, "__name__", "auto")
-                ranges.setdefault(name, f"{name} {getattr(dim, 'min', '?')}:{dynamic._bound(getattr(dim, 'max', None))}")
+                ranges.setdefault(name, f"{name} {getattr(dim, 'min', '?')}:{dynamic.bound(getattr(dim, 'max', None))}")
         what = f"with dynamic dims {', '.join(ranges[k] for k in sorted(ranges))}"
     text = str(err)
     fixed = re.search(r"You marked (\w+) as dynamic but your code specialized it to be a constant \((\d+)\)", text)

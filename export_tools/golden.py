@@ -10,6 +10,7 @@ The file is `torch.save` (zip) of a dict of lists of tensors, which C++ reads wi
 from __future__ import annotations
 
 import io
+import math
 from dataclasses import dataclass
 
 import torch
@@ -47,13 +48,11 @@ def magnitude(*tensors: torch.Tensor) -> float:
     return best
 
 
-def effective_atol(expected: torch.Tensor, actual: torch.Tensor, atol: float, atol_rel: float | None) -> float:
-    """The absolute tolerance for one output: atol_rel * the magnitude of expected and actual (0 when both are all
-    zeros: they must then be equal), or atol without atol_rel (a table from before the rule, an override that asked
-    for a fixed atol, or an output kept although degenerate)."""
-    if atol_rel is None:
-        return atol
-    return atol_rel * magnitude(expected, actual)
+def effective_atol(scale: float, atol: float, atol_rel: float | None) -> float:
+    """The absolute tolerance for one output of magnitude `scale` (see magnitude: of expected and actual together):
+    atol_rel * scale (0 when both are all zeros: they must then be equal), or atol without atol_rel (a table from
+    before the rule, an override that asked for a fixed atol, or an output kept although degenerate)."""
+    return atol if atol_rel is None else atol_rel * scale
 
 
 def degenerate_outputs(cases: list["Case"]) -> dict[int, str]:
@@ -99,14 +98,7 @@ def random_like(t: torch.Tensor, shape: list[int], gen: torch.Generator) -> torc
 
 
 def _nbytes(shapes_dtypes) -> int:
-    total = 0
-    for shape, dtype in shapes_dtypes:
-        n = 1
-        for d in shape:
-            n *= int(d)
-        total += n * (torch.finfo(dtype).bits // 8 if dtype.is_floating_point else
-                      (1 if dtype == torch.bool else torch.iinfo(dtype).bits // 8))
-    return total
+    return sum(math.prod(int(d) for d in shape) * dtype.itemsize for shape, dtype in shapes_dtypes)
 
 
 def case_bytes(case: Case) -> int:
@@ -178,13 +170,13 @@ def compare(actual: list[torch.Tensor], expected: list[torch.Tensor],
         if not e.dtype.is_floating_point:
             rtol = atol = 0.0  # integers and bools compare exactly, as the runtime compares them
             atol_rel = None
-        atol = effective_atol(e, a, atol, None if i in degenerate else atol_rel)
+        scale = magnitude(e, a)
+        atol = effective_atol(scale, atol, None if i in degenerate else atol_rel)
         if e.numel():
             diff = (a.double() - e.double()).abs()
             finite = torch.isfinite(diff)
             worst = float(diff[finite].max()) if finite.any() else 0.0
             max_abs = max(max_abs, worst)
-            scale = magnitude(e, a)
             max_scaled = max(max_scaled, worst / scale if scale > 0 else 0.0)
         try:
             torch.testing.assert_close(a, e, rtol=rtol, atol=atol, equal_nan=True)

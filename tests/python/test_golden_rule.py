@@ -65,8 +65,9 @@ def test_tolerance_scales_with_the_output():
     assert golden.compare([torch.zeros(3)], [torch.zeros(3)])[0]
     # ... unless the output was exported as degenerate: then the fixed atol
     assert golden.compare([torch.full((3,), 1e-6)], [torch.zeros(3)], degenerate={0})[0]
-    assert golden.effective_atol(torch.tensor([-3.0, float("nan"), 2.0]), torch.tensor([1.0, 4.0, 0.0]), 1e-5,
-                                 1e-5) == pytest.approx(4e-5)
+    assert golden.magnitude(torch.tensor([-3.0, float("nan"), 2.0]), torch.tensor([1.0, 4.0, 0.0])) == 4.0
+    assert golden.effective_atol(4.0, 1e-5, 1e-5) == pytest.approx(4e-5)
+    assert golden.effective_atol(4.0, 1e-5, None) == 1e-5
     # a fixed absolute atol when asked for one: (rtol, atol) without atol_rel
     assert golden.compare([small * 2], [small], {"float32": (1.3e-6, 1e-5)})[0]
 
