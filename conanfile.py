@@ -2,6 +2,7 @@ import os
 import sys
 
 from conan import ConanFile
+from conan.errors import ConanInvalidConfiguration
 from conan.tools.cmake import CMake, CMakeDeps, CMakeToolchain, cmake_layout
 from conan.tools.files import copy, load
 
@@ -32,16 +33,29 @@ class Pt2rtConan(ConanFile):
         self.requires(f"libtorch/{TORCH_VERSIONS[flavour]}", options={"cuda": flavour == "cuda"})
         self.requires("cli11/2.1.2")
         self.requires("nlohmann_json/3.11.2")
+        if self._cross:
+            self.requires("openssl/3.0")  # Debian's multiarch package for the target; natively: the system's
         if self.options.with_tests:
             self.test_requires("gtest/1.12.1")
-            self.test_requires("benchmark/1.7.1")
+            if not self._cross:  # benchmarks run natively only
+                self.test_requires("benchmark/1.7.1")
+
+    @property
+    def _cross(self):
+        return str(self.settings.arch) != "x86_64"
+
+    def validate(self):
+        if self._cross and (str(self.settings.arch) != "armv8" or self.options.flavour != "cpu"):
+            raise ConanInvalidConfiguration(f"pt2rt builds for x86_64 (cpu, cuda) and armv8 (cpu); got arch "
+                                            f"{self.settings.arch}, flavour {self.options.flavour}")
 
     @property
     def flavour(self):
-        return str(self.options.flavour)
+        # the build folder's first word: the flavour natively, the target arch for a cross build
+        return "aarch64" if str(self.settings.arch) == "armv8" else str(self.options.flavour)
 
     def layout(self):
-        # build/<flavour>-<build type>, presets conan-<flavour>-<build type>
+        # build/<flavour>-<build type>, presets conan-<flavour>-<build type> (aarch64-release for linux-aarch64)
         self.folders.build_folder_vars = ["self.flavour", "settings.build_type"]
         cmake_layout(self)
 

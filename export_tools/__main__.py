@@ -43,6 +43,14 @@ def _cpu_isa(text: str) -> list[str]:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _targets(text: str) -> list[str]:
+    from .cpu import CpuVariantError, parse_targets
+    try:
+        return parse_targets(text)
+    except CpuVariantError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _load_factory(spec: str):
     """MODULE:FACTORY -> FACTORY() -> (model, example_inputs)."""
     module_name, sep, attr = spec.partition(":")
@@ -102,7 +110,7 @@ def _cmd_export(args) -> int:
     metadata = dict(kv.split("=", 1) for kv in args.metadata) if args.metadata else None
     export_package(model, inputs, args.out, dynamic_batch=args.dynamic_batch,
                    dynamic_shapes=_dynamic_shapes(args, model, inputs), golden=args.golden,
-                   cpu_isa=args.cpu_isa, device=args.device, metadata=metadata,
+                   cpu_isa=args.cpu_isa, target=args.target, device=args.device, metadata=metadata,
                    allow_degenerate_golden=args.allow_degenerate_golden, golden_max_mb=args.golden_max_mb)
     print(args.out)
     return EXIT_OK
@@ -221,7 +229,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cpu-isa", type=_cpu_isa, default=None, metavar="ISA[,ISA...]",
                    help="CPU code variants, one compile each, in one package: native (this machine's best, "
                         "-march=native; the default), avx512, avx2, default (portable x86-64 levels); e.g. "
-                        "avx2,avx512 runs on any AVX2 host and at full speed on AVX-512 ones")
+                        "avx2,avx512 runs on any AVX2 host and at full speed on AVX-512 ones; neon: aarch64")
+    p.add_argument("--target", type=_targets, default=None, metavar="TARGET[,TARGET...]",
+                   help="where the package runs: host (the default), linux-x86_64, linux-aarch64, or several in one "
+                        "package (e.g. linux-x86_64,linux-aarch64); other arches are cross-compiled (needs "
+                        "PT2RT_TORCH_LINUX_AARCH64, see docs/edge.md) and verified on the target with pt2run verify")
     p.add_argument("--golden-max-mb", type=float, default=16, metavar="MIB",
                    help="keep the golden cases' tensors within MIB (default 16; cases past it are left out, the "
                         "example is always kept)")

@@ -3,8 +3,12 @@ needs, read from the compiler itself for the exact flags inductor passes.
 
 A variant name is what `--cpu-isa` takes: "native" (inductor's choice for this machine, -march=native: fastest
 here, runs only on CPUs with every feature of this one), or a portable x86-64 level - "avx512" (x86-64-v4),
-"avx2" (x86-64-v3), "default" (x86-64, no vector ISA). Portable levels compile on any x86-64 host, also one that
-lacks them; only the variants this host can execute are verified at export.
+"avx2" (x86-64-v3), "default" (x86-64, no vector ISA) - or "neon" (aarch64: armv8-a with inductor's NEON code, the
+one aarch64 variant; cross-compiled, see export_tools.cross). Portable levels compile on any x86-64 host, also one
+that lacks them; only the variants this host can execute are verified at export.
+
+A target is where a package runs: "host" (this machine), "linux-x86_64" or "linux-aarch64". plan() gives each target
+its variants: the cpu_isa names of its arch, else its default (native for this machine's arch, neon for aarch64).
 """
 
 from __future__ import annotations
@@ -28,7 +32,10 @@ PORTABLE_X86 = {
     "avx2": ("x86-64-v3", "avx2"),
     "default": ("x86-64", None),
 }
-NAMES = (NATIVE, *PORTABLE_X86)
+NEON = "neon"
+NAMES = (NATIVE, *PORTABLE_X86, NEON)
+TARGETS = {"linux-x86_64": "x86_64", "linux-aarch64": "aarch64"}
+HOST = "host"
 
 # Compiler macros that name an ISA extension but not as __NAME__ -> NAME.
 _MACRO_ALIASES = {"__GCC_HAVE_SYNC_COMPARE_AND_SWAP_16": "cx16"}
@@ -52,6 +59,15 @@ class _PortableAVX512(cpu_vec_isa.VecAVX512):
 
 
 class _PortableAVX2(cpu_vec_isa.VecAVX2):
+    def __bool__(self) -> bool:
+        return True
+
+    __hash__ = cpu_vec_isa.VecISA.__hash__
+
+
+class _PortableNEON(cpu_vec_isa.VecNEON):
+    """Inductor's NEON code (Vectorized<float> on 128-bit registers) for any armv8-a CPU, compiled on any host."""
+
     def __bool__(self) -> bool:
         return True
 
@@ -86,6 +102,60 @@ def parse_names(value: str | tuple[str, ...] | list[str] | None) -> list[str]:
     return names
 
 
+def arch_of(name: str) -> str | None:
+    """The arch a variant name compiles for (None: native, this machine's)."""
+    return "aarch64" if name == NEON else None if name == NATIVE else "x86_64"
+
+
+def parse_targets(value: str | tuple[str, ...] | list[str] | None) -> list[str]:
+    """'linux-x86_64,linux-aarch64' / ("host",) / None -> target names ("host" resolved), checked, no duplicates."""
+    if value is None:
+        value = HOST
+    items = value.split(",") if isinstance(value, str) else list(value)
+    names = [str(i).strip() for i in items]
+    if not names or any(not n for n in names):
+        raise CpuVariantError(f"expected one or more targets, got {value!r}")
+    resolved = []
+    for n in names:
+        if n == HOST:
+            n = host_target()
+        elif n not in TARGETS:
+            raise CpuVariantError(f"unknown target {n!r}: expected host, {', '.join(TARGETS)} (or a comma-separated list)")
+        if n in resolved:
+            raise CpuVariantError(f"target lists {n} twice (host is {host_target()})")
+        resolved.append(n)
+    return resolved
+
+
+def host_target() -> str:
+    return f"linux-{host_arch()}"
+
+
+def plan(target, cpu_isa) -> list[str]:
+    """The variant names to compile for `target` (see parse_targets) and `cpu_isa` (see parse_names), in order."""
+    targets = parse_targets(target)
+    names = parse_names(cpu_isa) if cpu_isa is not None else []
+    arches = {TARGETS[t] for t in targets}
+    here = host_arch()
+    for n in names:
+        arch = arch_of(n) or here
+        if arch not in arches:
+            raise CpuVariantError(f"cpu_isa {n} is for {arch}, which is not a target here "
+                                  f"({', '.join(targets)}); add linux-{arch} to the targets or drop {n}")
+    out = []
+    for t in targets:
+        arch = TARGETS[t]
+        mine = [n for n in names if (arch_of(n) or here) == arch]
+        if not mine:
+            mine = [NATIVE] if arch == here else [NEON] if arch == "aarch64" else ["default"]
+        if arch != here and NATIVE in mine:
+            raise CpuVariantError(f"cpu_isa native means this machine ({here}); target {t} needs a portable level")
+        if arch == "x86_64" and here != "x86_64":
+            raise CpuVariantError(f"target {t}: x86-64 variants are compiled on an x86-64 machine (this is {here})")
+        out.extend(mine)
+    return out
+
+
 def host_arch() -> str:
     m = platform.machine().lower()
     return {"amd64": "x86_64", "arm64": "aarch64"}.get(m, m)
@@ -99,11 +169,18 @@ def isa_name(isa: cpu_vec_isa.VecISA) -> str:
 @contextlib.contextmanager
 def compiling(name: str) -> Iterator[Variant]:
     """Inductor set up to compile variant `name` for the duration; yields what the compile will use."""
-    arch = host_arch()
-    if name != NATIVE and arch != "x86_64":
-        raise CpuVariantError(f"cpu_isa {name} is an x86-64 level; this machine is {arch} (use native)")
+    arch = arch_of(name) or host_arch()
+    if name not in (NATIVE, NEON) and host_arch() != "x86_64":
+        raise CpuVariantError(f"cpu_isa {name} is an x86-64 level; this machine is {host_arch()} (use native)")
+    compiler = None
     if name == NATIVE:
         march, isa_list = inductor_config.cpp.march, None
+    elif name == NEON:
+        from . import cross
+
+        # inductor still runs the build machine's compiler on parts of the code: no -march for it
+        march, isa_list = "", [_PortableNEON()]
+        compiler = cross.toolchain("linux-aarch64").cxx
     else:
         march, isa_class = PORTABLE_X86[name]
         isa_list = [_PORTABLE_ISA[isa_class]()] if isa_class else []
@@ -115,9 +192,9 @@ def compiling(name: str) -> Iterator[Variant]:
                 cpu_vec_isa.valid_vec_isa_list = lambda: isa_list  # type: ignore[assignment]
             with _without_env("ATEN_CPU_CAPABILITY", unless=name == NATIVE):
                 isa = cpu_vec_isa.pick_vec_isa()
-                flags = tuple(_isa_flags(isa))
+                flags = ("-march=armv8-a",) if name == NEON else tuple(_isa_flags(isa))
                 yield Variant(name=name, arch=arch, vec_isa=isa_name(isa), flags=flags,
-                              cpu_features=features_for_flags(flags))
+                              cpu_features=features_for_flags(flags, compiler))
         finally:
             cpu_vec_isa.valid_vec_isa_list = saved_list
 
@@ -148,8 +225,9 @@ def _isa_flags(isa: cpu_vec_isa.VecISA) -> list[str]:
 def features_for_flags(flags: tuple[str, ...], compiler: str | None = None) -> tuple[str, ...]:
     """The CPU features code compiled with `flags` may use: the ISA macros the compiler defines for them that it
     does not define for the architecture's baseline. Names are the macros' (__AVX512BF16__ -> avx512bf16)."""
+    native = compiler is None
     compiler = compiler or cpp_builder.get_cpp_compiler()
-    baseline = ("-march=x86-64",) if host_arch() == "x86_64" else ()
+    baseline = ("-march=x86-64",) if native and host_arch() == "x86_64" else ()
     base = _feature_macros(compiler, baseline)
     return tuple(sorted(_feature_macros(compiler, flags) - base))
 

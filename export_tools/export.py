@@ -52,7 +52,7 @@ def _first_line(err: BaseException) -> str:
 
 def export_package(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor], package_path: str | os.PathLike,
                    *, dynamic_batch: tuple[int, int] | None = None, dynamic_shapes: Any = None, golden: int = 4,
-                   cpu_isa: str | Sequence[str] | None = None,
+                   cpu_isa: str | Sequence[str] | None = None, target: str | Sequence[str] | None = None,
                    device: str = "cpu", metadata: dict[str, str] | None = None,
                    ops_libraries: Sequence[str | os.PathLike] = (),
                    tolerances: dict[str, tuple] | None = None, allow_degenerate_golden: bool = False,
@@ -66,8 +66,13 @@ def export_package(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor
     golden: number of golden cases (the example plus golden-1 random inputs), >= 1; with dynamic dims and golden > 1,
         at least the corners (every dim at its min, each at its max) and one case between.
     cpu_isa: the CPU code variants, one compile each, all in the one package: "native" (None: this machine's best,
-        -march=native), or the portable x86-64 levels "avx512", "avx2", "default" (no SIMD); a sequence or a
-        comma-separated string for several (e.g. ("avx2", "avx512")). The runtime loads the best one the CPU runs.
+        -march=native), or the portable x86-64 levels "avx512", "avx2", "default" (no SIMD), or "neon" (aarch64); a
+        sequence or a comma-separated string for several (e.g. ("avx2", "avx512")). The runtime loads the best one
+        the CPU runs.
+    target: where the package runs: "host" (None; this machine), "linux-x86_64", "linux-aarch64", or several
+        (("linux-x86_64", "linux-aarch64")): one package with variants for each. Each target takes the cpu_isa names
+        of its arch, else its default (native here, neon for aarch64). Variants for another arch are cross-compiled
+        (export_tools.cross: PT2RT_TORCH_LINUX_AARCH64) and verified on their target (`pt2run verify`), not here.
     device: "cpu" or "cuda". metadata: extra str -> str pairs stored in the spec.
     ops_libraries: paths of ops libraries to load (load_ops_library) before exporting. Libraries loaded otherwise
         (an ops package's import, torch.ops.load_library) are found too; see export_tools.libraries.
@@ -93,11 +98,13 @@ def export_package(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor
     except libraries.OpsLibraryError as e:
         raise ExportError(str(e)) from None
     try:
-        variant_names = cpu.parse_names(cpu_isa) if device == "cpu" else [cpu.NATIVE]
+        variant_names = cpu.plan(target, cpu_isa) if device == "cpu" else [cpu.NATIVE]
     except cpu.CpuVariantError as e:
         raise ExportError(str(e)) from None
     if device != "cpu" and cpu_isa is not None:
         raise ExportError(f"cpu_isa applies to CPU packages; this is a {device} package")
+    if device != "cpu" and target is not None and cpu.parse_targets(target) != [cpu.host_target()]:
+        raise ExportError(f"target applies to CPU packages; a {device} package runs where it was compiled")
     was_training = model.training
     try:
         return _export_checked(model, inputs, path, device, dims, golden, metadata, tolerances, variant_names,
@@ -165,7 +172,11 @@ def _export_checked(model, inputs, path, device, dims, golden, metadata, toleran
             _finish_package(compiled, final, spec, _golden.dumps(cases))
         with _stage("verify"):
             report = verify_package(final, tolerances)
-            if not report:
+            foreign = [v["isa"] for v in spec["variants"] if v["arch"] != cpu.host_arch()]
+            if foreign:
+                log.warning("variants %s are for another arch: not verified here; run `pt2run verify` on the target",
+                            ", ".join(foreign))
+            if not report and not foreign:
                 lacking = "; ".join(f"{v['isa']} needs {', '.join(cpu.runs_here(v['arch'], v['cpu_features']))}"
                                     for v in spec["variants"])
                 raise ExportError(f"none of the package's CPU variants runs on this machine, so it cannot be verified "
@@ -178,7 +189,8 @@ def _export_checked(model, inputs, path, device, dims, golden, metadata, toleran
         os.replace(final, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    log.info("wrote %s (%d golden cases verified)", path, len(cases))
+    here = sorted({r["variant"] for r in report})
+    log.info("wrote %s (%d golden cases; verified here for %s)", path, len(cases), ", ".join(here) or "no variant")
     return path
 
 
@@ -380,12 +392,25 @@ def _tolerance_table(cases, overrides) -> dict[str, dict[str, float]]:
 
 def _compile(ep, out: Path, name: str) -> cpu.Variant:
     """One CPU variant into its own package file. Each compile gets a fresh inductor cache: with a shared one, a
-    later compile of the same graph can be handed an earlier compile's generated code."""
+    later compile of the same graph can be handed an earlier compile's generated code. A variant for another arch:
+    inductor's C++ only, built by the cross compiler (export_tools.cross)."""
+    from torch._inductor import config as inductor_config
     from torch._inductor.utils import fresh_cache
+
+    from . import cross
 
     try:
         with cpu.compiling(name) as variant, fresh_cache():
-            torch._inductor.aoti_compile_and_package(ep, package_path=str(out))
+            if variant.arch == cpu.host_arch():
+                torch._inductor.aoti_compile_and_package(ep, package_path=str(out))
+            else:
+                target = f"linux-{variant.arch}"
+                tc = cross.toolchain(target)
+                sources = out.with_name(out.stem + ".cpp-only.pt2")
+                with inductor_config.patch({"aot_inductor.package_cpp_only": True,
+                                            "aot_inductor.precompile_headers": False}):
+                    torch._inductor.aoti_compile_and_package(ep, package_path=str(sources))
+                cross.finish(sources, out, tc, variant.arch, variant.flags)
     except cpu.CpuVariantError as e:
         raise ExportError(str(e)) from None
     except Exception as e:
@@ -423,7 +448,9 @@ def _finish_package(compiled: list[tuple[cpu.Variant, Path]], final: Path, spec:
                     continue  # inductor's generated sources: loading needs the compiled library only
                 data = reader.read_bytes(n)
                 if n == libs[0]:
-                    data = lib_bytes = _strip_debug_info(data, variant.name)
+                    # a cross-built library was stripped by its own toolchain's objcopy
+                    data = lib_bytes = (_strip_debug_info(data, variant.name) if variant.arch == cpu.host_arch()
+                                        else data)
                 if n.startswith(own):
                     records[MODEL_DIR + model_name + "/" + n[len(own):]] = data
                 elif n.startswith(MODEL_DIR):

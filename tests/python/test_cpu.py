@@ -114,3 +114,41 @@ def test_same_graph_other_weights_gets_its_own_code_in_every_variant(exported, t
         if cpu.runs_here(v["arch"], v["cpu_features"]):
             continue
         torch.testing.assert_close(load_package(second, v["isa"])(x), expected)
+
+
+@pytest.mark.parametrize("target, cpu_isa, expected", [
+    (None, None, ["native"]),
+    ("host", "avx2,avx512", ["avx2", "avx512"]),
+    ("linux-aarch64", None, ["neon"]),
+    ("linux-aarch64", "neon", ["neon"]),
+    ("linux-x86_64,linux-aarch64", None, ["native", "neon"]),
+    (("linux-x86_64", "linux-aarch64"), ("default", "avx2"), ["default", "avx2", "neon"]),
+    ("linux-aarch64,linux-x86_64", "avx2", ["neon", "avx2"]),
+])
+def test_targets_give_each_arch_its_variants(target, cpu_isa, expected):
+    assert cpu.plan(target, cpu_isa) == expected
+
+
+@pytest.mark.parametrize("target, cpu_isa, message", [
+    ("linux-aarch64", "avx2", "cpu_isa avx2 is for x86_64, which is not a target here (linux-aarch64)"),
+    ("linux-aarch64", "native", "cpu_isa native is for x86_64, which is not a target here"),
+    ("linux-riscv64", None, "unknown target 'linux-riscv64': expected host, linux-x86_64, linux-aarch64"),
+    ("host,linux-x86_64", None, "target lists linux-x86_64 twice (host is linux-x86_64)"),
+    ("", None, "expected one or more targets"),
+    ("linux-x86_64", "neon", "cpu_isa neon is for aarch64, which is not a target here (linux-x86_64)"),
+])
+def test_bad_targets_are_one_line_errors(target, cpu_isa, message):
+    with pytest.raises(cpu.CpuVariantError) as err:
+        cpu.plan(target, cpu_isa)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_cross_target_without_its_libtorch_says_what_to_set(monkeypatch):
+    from export_tools import cross
+    monkeypatch.delenv("PT2RT_TORCH_LINUX_AARCH64", raising=False)
+    monkeypatch.setenv("PT2RT_CXX_LINUX_AARCH64", "no-such-compiler-g++")
+    with pytest.raises(cpu.CpuVariantError, match="needs the C\\+\\+ cross compiler no-such-compiler-g\\+\\+"):
+        cross.toolchain("linux-aarch64")
+    monkeypatch.setenv("PT2RT_CXX_LINUX_AARCH64", "g++")  # any compiler: the libtorch check comes next
+    with pytest.raises(cpu.CpuVariantError, match="set PT2RT_TORCH_LINUX_AARCH64"):
+        cross.toolchain("linux-aarch64")

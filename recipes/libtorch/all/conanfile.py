@@ -1,9 +1,11 @@
 import fnmatch
+import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import zipfile
 
 from conan import ConanFile
 from conan.errors import ConanInvalidConfiguration
@@ -36,6 +38,40 @@ def _mirror(src, dst, excludes=()):
                 os.link(source, target)
             except OSError:
                 shutil.copy2(source, target)
+
+
+# linux-aarch64 (arch=armv8): PyPI's aarch64 torch wheel is its CUDA build (there is no +cpu one). A CPU-only libtorch is
+# taken from it - libtorch_cpu, libc10 and what they NEED - plus the two CUDA runtime libraries libtorch_cpu.so NEEDS
+# (they load with no GPU and no driver); never libtorch_cuda.so. The wheels are read from LIBTORCH_WHEELS_DIR
+# (scripts/bootstrap.sh TARGET=linux-aarch64 downloads them) and checked against conandata.yml.
+_AARCH64_TORCH_LIBS = ["libtorch_cpu.so", "libc10.so", "libgomp.so.1", "libarm_compute.so", "libarm_compute_graph.so",
+                       "libnvpl_blas_core.so.0", "libnvpl_blas_lp64_gomp.so.0", "libnvpl_lapack_core.so.0",
+                       "libnvpl_lapack_lp64_gomp.so.0"]
+_AARCH64_CUDA_LIBS = ["libcudart.so.13", "libcupti.so.13"]
+
+# Imported targets of a CPU-only libtorch for the cross build: the wheel's own TorchConfig.cmake insists on CUDA.
+_CPU_TORCH_CONFIG = """\
+# libtorch @VERSION@, CPU only, for linux-aarch64 (pt2rt's libtorch recipe): torch = torch_cpu + c10.
+get_filename_component(TORCH_INSTALL_PREFIX "${CMAKE_CURRENT_LIST_DIR}/../../.." ABSOLUTE)
+set(Torch_VERSION @VERSION@)
+set(TORCH_INCLUDE_DIRS "${TORCH_INSTALL_PREFIX}/include" "${TORCH_INSTALL_PREFIX}/include/torch/csrc/api/include")
+set(TORCH_CXX_FLAGS "-D_GLIBCXX_USE_CXX11_ABI=1")
+if(NOT TARGET c10)
+  add_library(c10 SHARED IMPORTED)
+  set_target_properties(c10 PROPERTIES IMPORTED_LOCATION "${TORCH_INSTALL_PREFIX}/lib/libc10.so"
+    INTERFACE_INCLUDE_DIRECTORIES "${TORCH_INCLUDE_DIRS}" INTERFACE_COMPILE_DEFINITIONS "_GLIBCXX_USE_CXX11_ABI=1")
+  add_library(torch_cpu SHARED IMPORTED)
+  # libtorch_cpu.so's own dependencies (nvpl, Arm Compute Library, the CUDA runtime) for the linker
+  set_target_properties(torch_cpu PROPERTIES IMPORTED_LOCATION "${TORCH_INSTALL_PREFIX}/lib/libtorch_cpu.so"
+    INTERFACE_LINK_LIBRARIES c10
+    INTERFACE_LINK_OPTIONS "-Wl,-rpath-link,${TORCH_INSTALL_PREFIX}/lib:${TORCH_INSTALL_PREFIX}/../nvidia/cu13/lib")
+  add_library(torch INTERFACE IMPORTED)
+  set_target_properties(torch PROPERTIES INTERFACE_LINK_LIBRARIES "torch_cpu;c10")
+endif()
+set(TORCH_LIBRARY "${TORCH_INSTALL_PREFIX}/lib/libtorch_cpu.so")
+set(TORCH_LIBRARIES torch)
+set(Torch_FOUND TRUE)
+"""
 
 
 class LibtorchConan(ConanFile):
@@ -82,14 +118,87 @@ class LibtorchConan(ConanFile):
                 f"has CUDA {info['cuda']}")
         return info
 
+    def _aarch64_wheels(self):
+        """The aarch64 wheels of conandata.yml, found in LIBTORCH_WHEELS_DIR and checked by SHA-256."""
+        folder = os.environ.get("LIBTORCH_WHEELS_DIR")
+        wanted = self.conan_data.get("aarch64_wheels", {}).get(str(self.version))
+        if not wanted:
+            raise ConanInvalidConfiguration(f"libtorch/{self.version}: no aarch64 wheels listed in conandata.yml")
+        if not folder or not os.path.isdir(folder):
+            raise ConanInvalidConfiguration(
+                f"libtorch/{self.version} for armv8 needs LIBTORCH_WHEELS_DIR, a folder with "
+                f"{', '.join(w['file'] for w in wanted)} (got {folder!r}; scripts/bootstrap.sh with "
+                f"TARGET=linux-aarch64 downloads them)")
+        paths = {}
+        for w in wanted:
+            path = os.path.join(folder, w["file"])
+            if not os.path.isfile(path):
+                raise ConanInvalidConfiguration(f"libtorch/{self.version}: {path} is missing")
+            digest = hashlib.sha256()
+            with open(path, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(block)
+            if digest.hexdigest() != w["sha256"]:
+                raise ConanInvalidConfiguration(f"libtorch/{self.version}: {path} has SHA-256 {digest.hexdigest()}, "
+                                                f"expected {w['sha256']}")
+            paths[w["name"]] = path
+        return paths
+
     def validate(self):
         if self.settings.os != "Linux":
             raise ConanInvalidConfiguration("libtorch: this recipe repackages a Linux wheel")
+        if self.settings.arch not in ("x86_64", "armv8"):
+            raise ConanInvalidConfiguration(f"libtorch: arch {self.settings.arch} is not packaged (x86_64, armv8)")
+        if self.settings.arch == "armv8" and self.options.cuda:
+            raise ConanInvalidConfiguration("libtorch: armv8 is packaged CPU-only (cuda=False)")
 
     def build(self):
-        self._wheel()  # fail early, with the reason
+        if self.settings.arch == "armv8":
+            self._aarch64_wheels()
+        else:
+            self._wheel()  # fail early, with the reason
+
+    def _package_aarch64(self):
+        wheels = self._aarch64_wheels()
+        dst = os.path.join(self.package_folder, "torch")
+        with zipfile.ZipFile(wheels["torch"]) as zf:
+            names = zf.namelist()
+            for name in names:
+                if name.startswith("torch/include/") and not name.endswith("/"):
+                    zf.extract(name, self.package_folder)
+            for lib in _AARCH64_TORCH_LIBS:
+                zf.extract(f"torch/lib/{lib}", self.package_folder)
+            license_name = next(n for n in names if n.endswith(".dist-info/licenses/LICENSE"))
+            os.makedirs(os.path.join(self.package_folder, "licenses"), exist_ok=True)
+            with open(os.path.join(self.package_folder, "licenses", "LICENSE"), "wb") as f:
+                f.write(zf.read(license_name))
+        cuda_dir = os.path.join(self.package_folder, "nvidia", "cu13", "lib")
+        for key in ("cuda_runtime", "cuda_cupti"):
+            with zipfile.ZipFile(wheels[key]) as zf:
+                for lib in _AARCH64_CUDA_LIBS:
+                    if f"nvidia/cu13/lib/{lib}" in zf.namelist():
+                        zf.extract(f"nvidia/cu13/lib/{lib}", self.package_folder)
+        for lib in _AARCH64_CUDA_LIBS:
+            if not os.path.isfile(os.path.join(cuda_dir, lib)):
+                raise ConanInvalidConfiguration(f"libtorch/{self.version}: {lib} is in none of the aarch64 wheels")
+        for root, _, files in os.walk(self.package_folder):
+            for f in files:
+                if ".so" in f:
+                    os.chmod(os.path.join(root, f), 0o755)
+        cmake_dir = os.path.join(dst, "share", "cmake", "Torch")
+        os.makedirs(cmake_dir, exist_ok=True)
+        with open(os.path.join(cmake_dir, "TorchConfig.cmake"), "w") as f:
+            f.write(_CPU_TORCH_CONFIG.replace("@VERSION@", str(self.version)))
+        with open(os.path.join(cmake_dir, "TorchConfigVersion.cmake"), "w") as f:
+            f.write(f'set(PACKAGE_VERSION "{self.version}")\n'
+                    'if(PACKAGE_FIND_VERSION VERSION_GREATER PACKAGE_VERSION)\n  set(PACKAGE_VERSION_COMPATIBLE FALSE)\n'
+                    'else()\n  set(PACKAGE_VERSION_COMPATIBLE TRUE)\n  if(PACKAGE_FIND_VERSION STREQUAL PACKAGE_VERSION)\n'
+                    '    set(PACKAGE_VERSION_EXACT TRUE)\n  endif()\nendif()\n')
 
     def package(self):
+        if self.settings.arch == "armv8":
+            self._package_aarch64()
+            return
         src = self._wheel()["dir"]
         dst = os.path.join(self.package_folder, "torch")
         _mirror(os.path.join(src, "include"), os.path.join(dst, "include"))
@@ -110,5 +219,8 @@ class LibtorchConan(ConanFile):
         self.cpp_info.builddirs = ["torch/share/cmake/Torch"]
         self.cpp_info.includedirs = ["torch/include", "torch/include/torch/csrc/api/include"]
         self.cpp_info.libdirs = ["torch/lib"]
-        self.cpp_info.libs = ["torch", "torch_cpu", "c10"] + (["torch_cuda", "c10_cuda"] if self.options.cuda else [])
+        if self.settings.arch == "armv8":
+            self.cpp_info.libs = ["torch_cpu", "c10"]
+        else:
+            self.cpp_info.libs = ["torch", "torch_cpu", "c10"] + (["torch_cuda", "c10_cuda"] if self.options.cuda else [])
         self.runenv_info.prepend_path("LD_LIBRARY_PATH", os.path.join(self.package_folder, "torch", "lib"))

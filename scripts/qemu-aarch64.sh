@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Runs an aarch64 program on this x86-64 machine: scripts/qemu-aarch64.sh PROGRAM [ARGS...]
+# - qemu-aarch64 (Debian's qemu-user) with the cross toolchain's sysroot for the dynamic loader and libc;
+# - LD_LIBRARY_PATH: PT2RT_QEMU_LIBRARY_PATH if set, else the cross build's libtorch (build/aarch64-release),
+#   the build's lib/ and the arm64 multiarch libraries (libcrypto); bundle binaries find their own through RUNPATH;
+# - /proc/cpuinfo: libc10's cpuinfo parses it at start and crashes on the host's x86 one, so the program runs in
+#   a private mount namespace (unshare -m, as root or in a user namespace) with an aarch64 cpuinfo bound over it.
+# Timings under qemu mean nothing.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+if [ $# -lt 1 ]; then
+  echo "usage: scripts/qemu-aarch64.sh PROGRAM [ARGS...]" >&2
+  exit 2
+fi
+command -v qemu-aarch64 >/dev/null || { echo "error: qemu-aarch64 not found (apt-get install qemu-user)" >&2; exit 1; }
+SYSROOT=${PT2RT_QEMU_SYSROOT:-/usr/aarch64-linux-gnu}
+[ -e "$SYSROOT/lib/ld-linux-aarch64.so.1" ] \
+  || { echo "error: no aarch64 sysroot at $SYSROOT (apt-get install g++-aarch64-linux-gnu)" >&2; exit 1; }
+
+if [ -z "${PT2RT_QEMU_LIBRARY_PATH+x}" ]; then
+  build=${PT2RT_CROSS_BUILD_DIR:-$ROOT/build/aarch64-release}
+  paths=()
+  torch_dir=$(sed -n 's/^Torch_DIR:PATH=//p' "$build/CMakeCache.txt" 2>/dev/null || true)
+  if [ -n "$torch_dir" ]; then
+    torch=$(cd "$torch_dir/../../.." && pwd)  # <package>/torch
+    paths+=("$torch/lib" "$torch/../nvidia/cu13/lib")
+  fi
+  [ -d "$build/lib" ] && paths+=("$build/lib")
+  paths+=(/usr/lib/aarch64-linux-gnu)
+  PT2RT_QEMU_LIBRARY_PATH=$(IFS=:; echo "${paths[*]}")
+fi
+
+cpuinfo=$(mktemp /tmp/pt2rt-cpuinfo.XXXXXX)
+trap 'rm -f "$cpuinfo"' EXIT
+for ((i = 0; i < $(nproc); i++)); do
+  cat >>"$cpuinfo" <<INFO
+processor	: $i
+BogoMIPS	: 50.00
+Features	: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm lrcpc dcpop asimddp
+CPU implementer	: 0x41
+CPU architecture: 8
+CPU variant	: 0x3
+CPU part	: 0xd0c
+CPU revision	: 1
+
+INFO
+done
+
+# One OpenMP thread unless asked otherwise: under qemu-user 7.2 libtorch's parallel ops (even a plain conv2d package)
+# hang with two or more; the aarch64 code is the same at any thread count, the threading is not tested here.
+run=(env QEMU_LD_PREFIX="$SYSROOT" OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" LD_LIBRARY_PATH="$PT2RT_QEMU_LIBRARY_PATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+     qemu-aarch64 "$@")
+if [ "$(id -u)" -eq 0 ]; then
+  ns=(unshare -m)
+else
+  ns=(unshare -m -r --map-current-user)
+fi
+# the bind mount exists only inside the namespace; the program keeps this shell's user, cwd and environment
+set +e
+"${ns[@]}" bash -c 'mount --bind "$1" /proc/cpuinfo && shift && exec "$@"' _ "$cpuinfo" "${run[@]}"
+exit $?

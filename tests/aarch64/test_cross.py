@@ -1,0 +1,131 @@
+"""linux-aarch64 packages from this x86-64 machine, run by the cross-built pt2run under qemu (scripts/test-aarch64.sh
+runs this file after scripts/cross-build.sh; it sets PT2RT_CROSS_BUILD_DIR and PT2RT_TORCH_LINUX_AARCH64)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import jsonschema
+import pytest
+import torch
+
+from export_tools import export_package, models, read_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+CROSS = Path(os.environ.get("PT2RT_CROSS_BUILD_DIR", ROOT / "build" / "aarch64-release"))
+NATIVE = Path(os.environ.get("PT2RT_NATIVE_BUILD_DIR", ROOT / "build" / "cpu-release"))
+QEMU = ROOT / "scripts" / "qemu-aarch64.sh"
+
+
+def pt2run_aarch64(*args, env=None, check=True):
+    """The cross-built pt2run under qemu; its ops library from the cross build."""
+    cmd = [str(QEMU), str(CROSS / "bin" / "pt2run"), *args]
+    full_env = {**os.environ, "PT2RT_OPS_PATH": str(CROSS / "lib"), **(env or {})}
+    result = subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=600)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{' '.join(args)} exited {result.returncode}: {result.stderr.strip()[-2000:]}")
+    return result
+
+
+def pt2run_native(*args, env=None, check=True):
+    full_env = {**os.environ, "PT2RT_OPS_PATH": str(NATIVE / "lib"), **(env or {})}
+    result = subprocess.run([str(NATIVE / "bin" / "pt2run"), *args], capture_output=True, text=True, env=full_env,
+                            timeout=600)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{' '.join(args)} exited {result.returncode}: {result.stderr.strip()[-2000:]}")
+    return result
+
+
+@pytest.fixture(scope="module")
+def packages(tmp_path_factory):
+    out = tmp_path_factory.mktemp("aarch64")
+    net, (x,) = models.identity_conv_net()
+    op, (y,) = models.identity_conv_op_only()
+    return {
+        "net": export_package(net, (x,), out / "net.pt2", dynamic_batch=(1, 32), target="linux-aarch64"),
+        "op": export_package(op, (y,), out / "op.pt2", target="linux-aarch64"),
+        "multi": export_package(net, (x,), out / "multi.pt2", dynamic_batch=(1, 32),
+                                target=("linux-x86_64", "linux-aarch64"), cpu_isa=("default", "avx2"), golden=2),
+    }
+
+
+@pytest.mark.parametrize("name", ["net", "op", "multi"])
+def test_golden_cases_pass_on_aarch64(packages, name):
+    out = pt2run_aarch64("verify", str(packages[name])).stdout
+    assert "CPU variant neon" in out and "passed" in out
+
+
+def test_spec_records_the_aarch64_variant(packages):
+    spec = read_spec(packages["net"])
+    (variant,) = spec["variants"]
+    assert variant["isa"] == "neon" and variant["arch"] == "aarch64" and variant["compile_flags"] == ["-march=armv8-a"]
+    info = json.loads(pt2run_aarch64("info", "--json", str(packages["net"])).stdout)
+    assert info["selected"] == "neon"
+    assert [v["sha256"] for v in info["variants"]] == [variant["sha256"]]
+
+
+def test_output_equals_x86_eager(packages, tmp_path):
+    model, _ = models.identity_conv_net()
+    x = torch.randn(5, 3, 32, 32, generator=torch.Generator().manual_seed(7))
+    torch.save(x, tmp_path / "x.pt")
+    pt2run_aarch64("run", str(packages["net"]), "--input", str(tmp_path / "x.pt"), "--output", str(tmp_path / "y.pt"))
+    with torch.no_grad():
+        expected = model(x)
+    torch.testing.assert_close(torch.load(tmp_path / "y.pt"), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_same_graph_other_weights_gets_its_own_code(packages, tmp_path):
+    """Fixed generated file names and inductor's cache could give the second model the first one's code: two
+    same-shaped models with different weights, each must match its own eager model on aarch64."""
+    first, (x,) = models.identity_conv_net()
+    second, _ = models.identity_conv_net()
+    with torch.no_grad():
+        second.conv.weight.neg_()
+        second.conv.bias.add_(0.5)
+        second.depthwise.set_weight(second.depthwise.get_weight().flip(-1))
+    paths = [export_package(m, (x,), tmp_path / f"m{i}.pt2", target="linux-aarch64", golden=1)
+             for i, m in enumerate((first, second))]
+    assert read_spec(paths[0])["variants"][0]["sha256"] != read_spec(paths[1])["variants"][0]["sha256"]
+    torch.save(x, tmp_path / "x.pt")
+    outputs = []
+    for i, (model, path) in enumerate(zip((first, second), paths)):
+        pt2run_aarch64("run", str(path), "--input", str(tmp_path / "x.pt"), "--output", str(tmp_path / f"y{i}.pt"))
+        with torch.no_grad():
+            expected = model(x)
+        outputs.append(torch.load(tmp_path / f"y{i}.pt"))
+        torch.testing.assert_close(outputs[-1], expected, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(outputs[0], outputs[1])
+
+
+def test_one_package_runs_on_both_arches(packages):
+    path = str(packages["multi"])
+    spec = read_spec(path)
+    jsonschema.validate(spec, json.loads((ROOT / "docs" / "pt2rt-spec-2.schema.json").read_text()))
+    assert [(v["isa"], v["arch"]) for v in spec["variants"]] == [
+        ("default", "x86_64"), ("avx2", "x86_64"), ("neon", "aarch64")]
+    here = json.loads(pt2run_native("info", "--json", path).stdout)
+    there = json.loads(pt2run_aarch64("info", "--json", path).stdout)
+    assert here["selected"] == "avx2" and there["selected"] == "neon"
+    assert "CPU variant avx2" in pt2run_native("verify", path).stdout
+    assert "CPU variant default" in pt2run_native("verify", path, env={"PT2RT_CPU_ISA": "default"}).stdout
+
+
+def test_a_variant_for_the_other_arch_is_refused_with_exit_3(packages):
+    path = str(packages["multi"])
+    r = pt2run_native("verify", path, env={"PT2RT_CPU_ISA": "neon"}, check=False)
+    assert r.returncode == 3
+    assert "it is for aarch64, this host is x86_64" in r.stderr and "default, avx2, neon" in r.stderr
+    r = pt2run_aarch64("verify", path, env={"PT2RT_CPU_ISA": "avx2"}, check=False)
+    assert r.returncode == 3
+    assert "it is for x86_64, this host is aarch64" in r.stderr and "default, avx2, neon" in r.stderr
+
+
+def test_a_package_without_an_aarch64_variant_is_refused_with_exit_3(packages, tmp_path):
+    op, (y,) = models.identity_conv_op_only()
+    path = export_package(op, (y,), tmp_path / "x86_only.pt2", cpu_isa=("default",), golden=1)
+    r = pt2run_aarch64("verify", str(path), check=False)
+    assert r.returncode == 3
+    assert "no CPU variant of the package runs on this host" in r.stderr and "default: it is for x86_64" in r.stderr
