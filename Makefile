@@ -1,15 +1,23 @@
-# Thin wrapper: the work is in scripts/. FLAVOUR=cpu (default) or cuda; BUILD_TYPE=Release (default) or Debug.
+# Thin wrapper: the work is in scripts/. FLAVOUR=cpu (default) or cuda; BUILD_TYPE=Release (default) or Debug;
+# TARGET=linux-aarch64 for cross-build and bundle.
 FLAVOUR ?= cpu
 BUILD_TYPE ?= Release
-export FLAVOUR BUILD_TYPE
+TARGET ?= linux-aarch64
+export FLAVOUR BUILD_TYPE TARGET
 
-.PHONY: demo test build bootstrap sanitize tsan fuzz bench package clean
+.PHONY: demo test test-aarch64 build cross-build bundle bootstrap sanitize tsan fuzz bench package clean
 demo:
 	@scripts/demo.sh
 test:
 	@scripts/test.sh
+test-aarch64:
+	@scripts/test-aarch64.sh
 build:
 	@scripts/build.sh
+cross-build:
+	@scripts/cross-build.sh
+bundle:
+	@scripts/bundle.sh
 bootstrap:
 	@scripts/bootstrap.sh
 sanitize:
@@ -23,4 +31,4 @@ bench:
 package:
 	@scripts/package.sh
 clean:
-	rm -rf build
+	rm -rf build dist dist-linux-aarch64

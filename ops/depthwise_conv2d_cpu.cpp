@@ -35,7 +35,7 @@ const RowKernels& row_kernels() {
     const char* env = std::getenv("ATEN_CPU_CAPABILITY");
     const std::string cap = env != nullptr ? env : "";
     if (cap == "default") return row_kernels_baseline();
-    RowKernels chosen{};
+    [[maybe_unused]] RowKernels chosen{};  // filled by an x86 variant below
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();  // libgcc's checks include the OS's XCR0 state for AVX and AVX-512
     const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The linux-aarch64 leg of make test: cross-build (scripts/cross-build.sh), then under qemu the C++ tests that need
 # no Python (ctest of build/aarch64-release), and tests/aarch64: packages exported here for aarch64 (and one for
-# both arches) verified and run by the cross-built pt2run, compared with this machine's eager output.
+# both arches) verified and run by the cross-built pt2run, compared with this machine's eager output; then the
+# same runtime cross-built without Conan (cmake/toolchains/linux-aarch64.cmake), and the bundle (scripts/bundle.sh).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 "$ROOT/scripts/cross-build.sh"
 CROSS_BUILD_DIR=$ROOT/build/aarch64-$build_type_lc
@@ -13,4 +14,22 @@ ctest --test-dir "$CROSS_BUILD_DIR" --output-on-failure --no-tests=error -j "$(n
 log "pytest tests/aarch64 (packages exported here, run under qemu)"
 (cd "$ROOT" && IDENTITY_CONV_OPS_LIBRARY=$BUILD_DIR/lib/libidentity_conv_ops.so PT2RT_CROSS_BUILD_DIR=$CROSS_BUILD_DIR \
   PT2RT_NATIVE_BUILD_DIR=$BUILD_DIR "$PYTHON" -m pytest -q -p no:cacheprovider tests/aarch64) || status=1
+
+log "plain CMake cross build (cmake/toolchains/linux-aarch64.cmake, no Conan) -> build/aarch64-cmake"
+TRIPLET=aarch64-linux-gnu "$ROOT/scripts/gpu-deps.sh" >/dev/null
+plain=$ROOT/build/aarch64-cmake
+if [ ! -f "$plain/CMakeCache.txt" ]; then
+  cmake -S "$ROOT" -B "$plain" -G Ninja -DCMAKE_TOOLCHAIN_FILE="$ROOT/cmake/toolchains/linux-aarch64.cmake" \
+    -DCMAKE_BUILD_TYPE="$BUILD_TYPE" -DCMAKE_PREFIX_PATH="$PT2RT_TORCH_LINUX_AARCH64" \
+    -DPT2RT_DEPS_DIR="$ROOT/build/deps-linux-aarch64" -DPT2RT_BUILD_TESTS=OFF >/dev/null
+fi
+cmake --build "$plain" >/dev/null || status=1
+models=$ROOT/build/aarch64-models
+mkdir -p "$models"
+IDENTITY_CONV_OPS_LIBRARY=$BUILD_DIR/lib/libidentity_conv_ops.so "$PYTHON" -m export_tools -q export \
+  --model export_tools.models:identity_conv_op_only --out "$models/op_only.pt2" --target linux-aarch64 || status=1
+PT2RT_OPS_PATH=$plain/lib "$ROOT/scripts/qemu-aarch64.sh" "$plain/bin/pt2run" verify "$models/op_only.pt2" || status=1
+
+log "make bundle TARGET=linux-aarch64"
+TARGET=linux-aarch64 "$ROOT/scripts/bundle.sh" || status=1
 exit $status
