@@ -34,8 +34,8 @@ bad=0
 glibc=""
 glibcxx=""
 while IFS= read -r -d '' f; do
-  file -b "$f" | grep -q '^ELF' || continue
-  if ! file -b "$f" | grep -q 'ARM aarch64'; then echo "error: $f is not an aarch64 binary" >&2; bad=1; fi
+  header=$("$readelf" -h "$f" 2>/dev/null) || continue  # not an ELF file
+  if ! echo "$header" | grep -q 'Machine:.*AArch64'; then echo "error: $f is not an aarch64 binary" >&2; bad=1; fi
   needed=$("$readelf" -d "$f" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
   if echo "$needed" | grep -Eq 'libpython|libtorch_cuda|libc10_cuda'; then
     echo "error: $f needs $(echo "$needed" | grep -E 'libpython|libtorch_cuda|libc10_cuda' | paste -sd' ')" >&2; bad=1
