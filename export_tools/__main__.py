@@ -178,9 +178,14 @@ def _cmd_inspect(args) -> int:
 
 
 def _cmd_verify(args) -> int:
-    from .export import verify_package
+    from .cpu import host_arch
+    from .export import read_spec, verify_package
     _load_ops_libraries(args)
     report = verify_package(args.package)
+    for v in read_spec(args.package)["variants"]:
+        if v["arch"] != host_arch():
+            print(f"{v['isa']} ({v['arch']}): not run on this {host_arch()} machine; run pt2run verify on an "
+                  f"{v['arch']} host", file=sys.stderr)
     if not report:
         print(f"{args.package}: none of its CPU variants runs on this machine; nothing was verified", file=sys.stderr)
         return EXIT_MISMATCH
