@@ -5,9 +5,11 @@ Writes into OUT: net_dynamic.pt2 (identity_conv_net, batch 1..32, CPU variants a
 the dynamic batch; float, int64 and bool outputs; with input and expected files), net_fp16.pt2 and
 net_bf16.pt2 (half-precision exports), tensor files
 for pt2run (net_input.pt, net_expected.pt, a list file), and bad/*.pt2: damaged or foreign packages.
+--target linux-x86_64,linux-aarch64 (the cross build's tests): every package also holds an aarch64 variant.
 """
 
 import argparse
+import functools
 import hashlib
 import io
 import json
@@ -26,8 +28,8 @@ from export_tools import export_package, load_ops_library, models, read_spec
 from export_tools.export import SPEC_KEY
 
 
-def fingerprint(probe_ops: Path) -> str:
-    h = hashlib.sha256(torch.__version__.encode())
+def fingerprint(probe_ops: Path, target: str | None) -> str:
+    h = hashlib.sha256(torch.__version__.encode() + str(target).encode())
     sources = sorted(Path(export_tools.__file__).parent.glob("*.py")) + sorted(Path(my_ops.__file__).parent.glob("*.py"))
     for path in sources + [Path(__file__), my_ops.library_path(), probe_ops]:
         h.update(path.read_bytes())
@@ -105,10 +107,13 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--probe-ops", required=True, type=Path, help="libpt2rt_probe_ops.so (tests/cpp/probe_ops.cpp)")
+    parser.add_argument("--target", default=None, help="export_package's target for every package")
     args = parser.parse_args()
+    global export_package
+    export_package = functools.partial(export_package, target=args.target)
     out = args.out
     stamp = out / "fingerprint"
-    fp = fingerprint(args.probe_ops)
+    fp = fingerprint(args.probe_ops, args.target)
     if stamp.is_file() and stamp.read_text() == fp:
         print(f"test packages in {out} are up to date")
         return 0
