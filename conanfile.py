@@ -23,7 +23,7 @@ class Pt2rtConan(ConanFile):
     options = {"flavour": ["cpu", "cuda"], "with_tests": [True, False]}
     # with_tests: this repository's own build (make build) turns them on; a package needs none of them.
     default_options = {"flavour": "cpu", "with_tests": False}
-    exports_sources = ("CMakeLists.txt", "VERSION", "ops/*", "runtime/*", "benchmarks/*", "cmake/*", "tests/*")
+    exports_sources = ("CMakeLists.txt", "VERSION", "ops/*", "runtime/*", "serve/*", "benchmarks/*", "cmake/*", "tests/*")
 
     def set_version(self):
         self.version = load(self, os.path.join(self.recipe_folder, "VERSION")).strip()
@@ -33,6 +33,8 @@ class Pt2rtConan(ConanFile):
         self.requires(f"libtorch/{TORCH_VERSIONS[flavour]}", options={"cuda": flavour == "cuda"})
         self.requires("cli11/2.1.2")
         self.requires("nlohmann_json/3.11.2")
+        if not self._cross:
+            self.requires("cpp-httplib/0.11.4")  # pt2serve (built natively only)
         if self._cross:
             self.requires("openssl/3.0")  # Debian's multiarch package for the target; natively: the system's
         if self.options.with_tests:
@@ -88,7 +90,7 @@ class Pt2rtConan(ConanFile):
         # <pt2rt/pt2rt.h> is torch-free: linking pt2rt::pt2rt brings no torch target (libpt2rt.so finds libtorch at
         # run time; an ops library build does find_package(Torch) itself, from libtorch's build dirs).
         self.cpp_info.requires = ["nlohmann_json::nlohmann_json"]
-        self.cpp_info.ignored_requires = ["libtorch", "cli11"]
+        self.cpp_info.ignored_requires = ["libtorch", "cli11", "cpp-httplib"]
         # ...but the linker must find libpt2rt.so's own libtorch dependencies (its RUNPATH is $ORIGIN)
         torch_lib = os.path.join(self.dependencies["libtorch"].package_folder, "torch", "lib")
         self.cpp_info.exelinkflags = self.cpp_info.sharedlinkflags = [f"-Wl,-rpath-link,{torch_lib}"]

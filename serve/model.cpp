@@ -1,0 +1,328 @@
+#include "model.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "log.h"
+
+namespace fs = std::filesystem;
+
+namespace pt2serve {
+
+ModelConfig read_config(const std::string& path) {
+  ModelConfig c;
+  if (!fs::exists(path)) return c;
+  std::ifstream in(path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(path + " is not JSON: " + e.what());
+  }
+  if (!j.is_object()) throw std::runtime_error(path + ": expected a JSON object");
+  const auto integer = [&](const nlohmann::json& v, const char* key, int64_t lo) {
+    if (!v.is_number_integer() || v.get<int64_t>() < lo)
+      throw std::runtime_error(path + ": " + key + " must be an integer >= " + std::to_string(lo));
+    return v.get<int64_t>();
+  };
+  for (const auto& [key, v] : j.items()) {
+    if (key == "max_batch_size") {
+      c.max_batch_size = integer(v, "max_batch_size", 0);
+    } else if (key == "instance_count") {
+      c.instance_count = static_cast<int>(integer(v, "instance_count", 1));
+    } else if (key == "max_queue") {
+      c.max_queue = static_cast<size_t>(integer(v, "max_queue", 1));
+    } else if (key == "ops_libraries") {
+      if (!v.is_array()) throw std::runtime_error(path + ": ops_libraries must be a list of paths");
+      for (const auto& p : v) {
+        if (!p.is_string()) throw std::runtime_error(path + ": ops_libraries must be a list of paths");
+        const fs::path lib = p.get<std::string>();
+        c.ops_libraries.push_back(lib.is_absolute() ? lib.string() : (fs::path(path).parent_path() / lib).string());
+      }
+    } else if (key == "dynamic_batching") {
+      if (v.is_boolean()) {
+        c.dynamic_batching = v.get<bool>();
+      } else if (v.is_object()) {
+        for (const auto& [k, w] : v.items()) {
+          if (k == "max_queue_delay_microseconds") {
+            c.max_queue_delay_us = integer(w, "dynamic_batching.max_queue_delay_microseconds", 0);
+          } else if (k == "preferred_batch_size") {
+            if (!w.is_array()) throw std::runtime_error(path + ": preferred_batch_size must be a list of integers");
+            for (const auto& s : w) c.preferred_batch_size.push_back(integer(s, "preferred_batch_size", 1));
+          } else {
+            throw std::runtime_error(path + ": unknown key dynamic_batching." + k +
+                                     " (expected max_queue_delay_microseconds, preferred_batch_size)");
+          }
+        }
+      } else {
+        throw std::runtime_error(path + ": dynamic_batching must be false or an object");
+      }
+    } else {
+      throw std::runtime_error(path + ": unknown key " + key +
+                               " (expected max_batch_size, dynamic_batching, instance_count, max_queue, ops_libraries)");
+    }
+  }
+  return c;
+}
+
+namespace {
+
+// The batch dim shared by every input and output as their dim 0, or none.
+std::optional<pt2rt::DynamicDim> batch_dim(const pt2rt::Spec& spec) {
+  std::optional<pt2rt::DynamicDim> found;
+  const auto check = [&](const std::vector<pt2rt::TensorSpec>& tensors) {
+    for (const auto& t : tensors) {
+      const auto d = std::find_if(t.dynamic_dims.begin(), t.dynamic_dims.end(),
+                                  [](const pt2rt::DynamicDim& x) { return x.dim == 0; });
+      if (d == t.dynamic_dims.end() || !d->of.empty()) return false;
+      if (found && found->name != d->name) return false;
+      found = *d;
+    }
+    return true;
+  };
+  if (spec.inputs.empty() || !check(spec.inputs) || !check(spec.outputs)) return std::nullopt;
+  return found;
+}
+
+int bucket_of(int64_t rows) {
+  int b = 0;
+  for (int64_t limit = 1; b < Stats::kBuckets - 1 && rows > limit; limit *= 2) ++b;
+  return b;
+}
+
+uint64_t since_ns(std::chrono::steady_clock::time_point t) {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t).count());
+}
+
+}  // namespace
+
+Model::Model(std::string name, std::string version, std::string path, ModelConfig config, std::string config_error)
+    : name_(std::move(name)), version_(std::move(version)), path_(std::move(path)), config_(std::move(config)) {
+  if (!config_error.empty()) {
+    load_error_ = std::move(config_error);
+    return;
+  }
+  pt2rt::Options options;
+  options.num_runners = config_.instance_count;
+  options.ops_libraries = config_.ops_libraries;
+  try {
+    runtime_.emplace(pt2rt::Runtime::load(path_, options));
+  } catch (const std::exception& e) {
+    load_error_ = e.what();
+    return;
+  }
+  const auto dim = batch_dim(runtime_->spec());
+  if (config_.dynamic_batching && dim && config_.max_batch_size != 1) {
+    const int64_t package_max = dim->max.value_or(int64_t{1} << 20);
+    batch_max_ = config_.max_batch_size > 0 ? std::min(config_.max_batch_size, package_max) : package_max;
+  }
+  if (batching()) {
+    for (int i = 0; i < config_.instance_count; ++i) workers_.emplace_back([this] { worker(); });
+  }
+}
+
+Model::~Model() { drain(); }
+
+void Model::drain() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : workers_) {
+    if (t.joinable()) t.join();
+  }
+}
+
+std::vector<pt2rt::Tensor> Model::run_timed(const std::vector<pt2rt::TensorView>& views, int64_t rows) {
+  const auto start = std::chrono::steady_clock::now();
+  auto out = runtime_->run(views);
+  stats_.compute_ns += since_ns(start);
+  stats_.batches++;
+  stats_.batch_rows += static_cast<uint64_t>(rows);
+  stats_.batch_size_counts[bucket_of(rows)]++;
+  for (auto& t : out) t = t.to_cpu();
+  return out;
+}
+
+std::vector<pt2rt::Tensor> Model::infer(std::vector<pt2rt::Tensor> inputs) {
+  if (!ready()) throw Unavailable("model " + name_ + " version " + version_ + " is not loaded: " + load_error_);
+  const int64_t rows = !inputs.empty() && !inputs[0].shape().empty() ? inputs[0].shape()[0] : 0;
+  bool joinable = batching() && rows >= 1 && rows <= batch_max_;
+  for (const auto& t : inputs) joinable = joinable && !t.shape().empty() && t.shape()[0] == rows;
+  if (!joinable) {  // runs alone, on the caller's thread; the runtime validates it
+    std::vector<pt2rt::TensorView> views;
+    for (const auto& t : inputs) views.push_back(t.view());
+    return run_timed(views, rows);
+  }
+  auto pending = std::make_unique<Pending>();
+  pending->inputs = std::move(inputs);
+  pending->rows = rows;
+  pending->queued = std::chrono::steady_clock::now();
+  auto future = pending->result.get_future();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) throw Unavailable("the server is shutting down");
+    if (queue_.size() >= config_.max_queue) {
+      throw Unavailable("model " + name_ + ": the queue is full (" + std::to_string(config_.max_queue) +
+                        " requests waiting; max_queue in config.json)");
+    }
+    queue_.push_back(std::move(pending));
+  }
+  cv_.notify_one();
+  return future.get();
+}
+
+namespace {
+
+bool same_item_shapes(const std::vector<pt2rt::Tensor>& a, const std::vector<pt2rt::Tensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].dtype() != b[i].dtype() || a[i].shape().size() != b[i].shape().size() ||
+        !std::equal(a[i].shape().begin() + 1, a[i].shape().end(), b[i].shape().begin() + 1)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+void Model::worker() {
+  const auto delay = std::chrono::microseconds(config_.max_queue_delay_us);
+  const int64_t preferred =
+      config_.preferred_batch_size.empty()
+          ? batch_max_
+          : std::min(batch_max_, *std::max_element(config_.preferred_batch_size.begin(), config_.preferred_batch_size.end()));
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, and nothing left
+    std::vector<std::unique_ptr<Pending>> batch;
+    batch.push_back(std::move(queue_.front()));
+    queue_.pop_front();
+    int64_t rows = batch[0]->rows;
+    const auto deadline = batch[0]->queued + delay;
+    // take compatible requests as they come, until the batch is full, preferred, or the first has waited enough
+    while (rows < preferred) {
+      for (auto it = queue_.begin(); it != queue_.end() && rows < preferred;) {
+        if (rows + (*it)->rows <= batch_max_ && same_item_shapes((*it)->inputs, batch[0]->inputs)) {
+          rows += (*it)->rows;
+          batch.push_back(std::move(*it));
+          it = queue_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      if (rows >= preferred || stopping_ ||
+          cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
+        break;
+      }
+    }
+    lock.unlock();
+    run_batch(batch);
+    lock.lock();
+  }
+}
+
+void Model::run_batch(std::vector<std::unique_ptr<Pending>>& batch) {
+  for (auto& p : batch) stats_.queue_ns += since_ns(p->queued);
+  try {
+    int64_t rows = 0;
+    for (auto& p : batch) rows += p->rows;
+    std::vector<std::vector<uint8_t>> joined(batch[0]->inputs.size());
+    std::vector<pt2rt::TensorView> views;
+    for (size_t i = 0; i < joined.size(); ++i) {
+      const auto& first = batch[0]->inputs[i];
+      if (batch.size() == 1) {
+        views.push_back(first.view());
+        continue;
+      }
+      const size_t row_bytes = first.nbytes() / static_cast<size_t>(first.shape()[0]);
+      joined[i].resize(row_bytes * static_cast<size_t>(rows));
+      size_t offset = 0;
+      for (auto& p : batch) {
+        std::memcpy(joined[i].data() + offset, p->inputs[i].data(), p->inputs[i].nbytes());
+        offset += p->inputs[i].nbytes();
+      }
+      auto shape = first.shape();
+      shape[0] = rows;
+      views.push_back(pt2rt::TensorView{joined[i].data(), shape, first.dtype()});
+    }
+    auto outputs = run_timed(views, rows);
+    if (batch.size() == 1) {
+      batch[0]->result.set_value(std::move(outputs));
+      return;
+    }
+    // each caller gets exactly its rows, in the order they were joined
+    int64_t start = 0;
+    for (auto& p : batch) {
+      std::vector<pt2rt::Tensor> mine;
+      for (const auto& out : outputs) {
+        const size_t row_bytes = out.shape()[0] > 0 ? out.nbytes() / static_cast<size_t>(out.shape()[0]) : 0;
+        auto shape = out.shape();
+        shape[0] = p->rows;
+        mine.push_back(pt2rt::Tensor::copy_of(pt2rt::TensorView{
+            static_cast<const uint8_t*>(out.data()) + row_bytes * static_cast<size_t>(start), shape, out.dtype()}));
+      }
+      start += p->rows;
+      p->result.set_value(std::move(mine));
+    }
+  } catch (...) {
+    for (auto& p : batch) p->result.set_exception(std::current_exception());
+  }
+}
+
+std::vector<std::unique_ptr<Model>> load_repository(const std::string& dir) {
+  if (!fs::is_directory(dir)) throw std::runtime_error("model repository " + dir + " is not a directory");
+  std::vector<fs::path> model_dirs;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.is_directory()) model_dirs.push_back(e.path());
+  }
+  std::sort(model_dirs.begin(), model_dirs.end());
+  std::vector<std::unique_ptr<Model>> models;
+  for (const auto& m : model_dirs) {
+    ModelConfig config;
+    std::string config_error;
+    try {
+      config = read_config((m / "config.json").string());
+    } catch (const std::exception& e) {
+      config_error = e.what();
+    }
+    std::vector<std::pair<long, fs::path>> versions;
+    for (const auto& e : fs::directory_iterator(m)) {
+      const std::string v = e.path().filename().string();
+      if (e.is_directory() && !v.empty() && v.size() < 10 && std::all_of(v.begin(), v.end(), ::isdigit) &&
+          fs::is_regular_file(e.path() / "model.pt2")) {
+        versions.emplace_back(std::stol(v), e.path());
+      }
+    }
+    std::sort(versions.begin(), versions.end());
+    if (versions.empty()) {
+      log("warning", "no <version>/model.pt2 in this model folder; skipped", {{"model", m.filename().string()}});
+    }
+    for (const auto& [number, path] : versions) {
+      const auto start = std::chrono::steady_clock::now();
+      auto model = std::make_unique<Model>(m.filename().string(), std::to_string(number),
+                                           (path / "model.pt2").string(), config, config_error);
+      if (model->ready()) {
+        log("info", "model loaded", {{"model", model->name()}, {"version", model->version()},
+                                     {"variant", model->variant()}, {"batching", model->batching() ? "on" : "off"},
+                                     {"max_batch_size", std::to_string(model->max_batch_size())},
+                                     {"seconds", std::to_string(since_ns(start) / 1e9)}});
+      } else {
+        log("error", "model not loaded", {{"model", model->name()}, {"version", model->version()},
+                                          {"error", model->load_error()}});
+      }
+      models.push_back(std::move(model));
+    }
+  }
+  return models;
+}
+
+}  // namespace pt2serve

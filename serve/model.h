@@ -1,0 +1,105 @@
+// pt2serve's models: the repository (DIR/<model>/<version>/model.pt2, DIR/<model>/config.json), each loaded
+// version's runtime, its dynamic batcher and its counters. Transport-free: http.cpp speaks the protocol.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <pt2rt/pt2rt.h>
+
+namespace pt2serve {
+
+// A request the server refuses before running it (HTTP 400): what was wrong and what was expected.
+struct BadRequest : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+// A request the server cannot take now (HTTP 503): the queue is full, or the server is stopping.
+struct Unavailable : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct ModelConfig {
+  int64_t max_batch_size = 0;            // 0: the package's batch range decides
+  bool dynamic_batching = true;          // only where every input and output has the same dynamic dim 0
+  int64_t max_queue_delay_us = 500;
+  std::vector<int64_t> preferred_batch_size;
+  int instance_count = 1;                // runners
+  std::vector<std::string> ops_libraries;
+  size_t max_queue = 256;                // requests waiting, beyond which a request is Unavailable
+};
+
+// Reads DIR/<model>/config.json (absent: defaults); a malformed one throws std::runtime_error naming the key.
+ModelConfig read_config(const std::string& path);
+
+struct Stats {
+  std::atomic<uint64_t> requests{0}, failures{0}, batches{0}, batch_rows{0};
+  std::atomic<uint64_t> queue_ns{0}, compute_ns{0};
+  static constexpr int kBuckets = 8;  // batch rows <= 1, 2, 4, 8, 16, 32, 64, more
+  std::atomic<uint64_t> batch_size_counts[kBuckets] = {};
+};
+
+class Model {
+ public:
+  // Loads the package; a failure (or a config_error) leaves the model not ready, with its error.
+  Model(std::string name, std::string version, std::string path, ModelConfig config, std::string config_error = {});
+  ~Model();
+
+  const std::string& name() const { return name_; }
+  const std::string& version() const { return version_; }
+  const std::string& path() const { return path_; }
+  bool ready() const { return runtime_.has_value(); }
+  const std::string& load_error() const { return load_error_; }
+  const pt2rt::Spec& spec() const { return runtime_->spec(); }
+  std::string variant() const { return runtime_ ? runtime_->variant().isa : ""; }
+  bool batching() const { return batch_max_ > 1; }
+  int64_t max_batch_size() const { return batch_max_; }
+  const ModelConfig& config() const { return config_; }
+  Stats& stats() { return stats_; }
+
+  // Runs one request (inputs in the spec's order, owned). Batched with others when the model batches.
+  // Throws BadRequest (pt2rt Input/Usage errors), Unavailable, or pt2rt::Error for failures inside the model.
+  std::vector<pt2rt::Tensor> infer(std::vector<pt2rt::Tensor> inputs);
+  // Stops taking requests and finishes the queued ones.
+  void drain();
+
+ private:
+  struct Pending {
+    std::vector<pt2rt::Tensor> inputs;
+    int64_t rows = 0;
+    std::chrono::steady_clock::time_point queued;
+    std::promise<std::vector<pt2rt::Tensor>> result;
+  };
+  void worker();
+  void run_batch(std::vector<std::unique_ptr<Pending>>& batch);
+  std::vector<pt2rt::Tensor> run_timed(const std::vector<pt2rt::TensorView>& views, int64_t rows);
+
+  std::string name_, version_, path_;
+  ModelConfig config_;
+  std::optional<pt2rt::Runtime> runtime_;
+  std::string load_error_;
+  int64_t batch_max_ = 0;
+  Stats stats_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Pending>> queue_;
+  bool stopping_ = false;
+  std::vector<std::thread> workers_;
+};
+
+// Every <model>/<version>/model.pt2 under `dir`, loaded (a model that fails to load is kept, not ready, with its
+// error). Ordered by name, then version as a number.
+std::vector<std::unique_ptr<Model>> load_repository(const std::string& dir);
+
+}  // namespace pt2serve

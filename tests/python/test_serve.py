@@ -1,0 +1,206 @@
+"""pt2serve over HTTP, driven by the real tritonclient (the Open Inference Protocol client Triton's users have)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from packages import pt2run_path
+
+tritonhttp = pytest.importorskip("tritonclient.http", reason="tritonclient is in requirements/*.txt")
+from tritonclient.utils import InferenceServerException  # noqa: E402
+
+
+def pt2serve_path() -> Path:
+    path = pt2run_path().with_name("pt2serve")
+    assert path.is_file(), f"pt2serve not built next to {pt2run_path()}"
+    return path
+
+
+class Serving:
+    def __init__(self, repo: Path, *args: str):
+        self.log = repo.parent / f"{repo.name}.log"
+        self.proc = subprocess.Popen([str(pt2serve_path()), "--model-repository", str(repo), "--http-port", "0",
+                                      *args], stderr=open(self.log, "w"), stdout=subprocess.DEVNULL)
+        deadline = time.time() + 120
+        self.port = None
+        while self.port is None and time.time() < deadline:
+            for line in self.log.read_text().splitlines():
+                entry = json.loads(line)
+                if entry["msg"] == "listening":
+                    self.port = int(entry["http_port"])
+            if self.proc.poll() is not None:
+                raise AssertionError(f"pt2serve exited {self.proc.returncode}: {self.log.read_text()}")
+            time.sleep(0.05)
+        assert self.port, self.log.read_text()
+        self.url = f"localhost:{self.port}"
+        self.client = tritonhttp.InferenceServerClient(self.url, concurrency=8)
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://{self.url}{path}", timeout=30) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def server(exported, tmp_path_factory):
+    repo = tmp_path_factory.mktemp("repo") / "models"
+    net, _, _ = exported("net_dynamic")
+    op, _, _ = exported("op_static")
+    for name, src in (("net", net), ("batched", net), ("op", op)):
+        (repo / name / "1").mkdir(parents=True)
+        os.link(src, repo / name / "1" / "model.pt2")
+    # batched: a request waits up to 300 ms for others, so concurrent ones run as one batch
+    (repo / "batched" / "config.json").write_text(json.dumps(
+        {"max_batch_size": 16, "dynamic_batching": {"max_queue_delay_microseconds": 300000}}))
+    (repo / "broken" / "1").mkdir(parents=True)
+    (repo / "broken" / "1" / "model.pt2").write_bytes(b"not a package")
+    (repo / "badconfig" / "1").mkdir(parents=True)
+    os.link(op, repo / "badconfig" / "1" / "model.pt2")
+    (repo / "badconfig" / "config.json").write_text('{"max_batch_size": "many"}')
+    s = Serving(repo, "--max-request-mb", "4")
+    yield s
+    assert s.stop() == 0
+
+
+def _request(x: np.ndarray, binary: bool):
+    inp = tritonhttp.InferInput("x", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x, binary_data=binary)
+    return [inp], [tritonhttp.InferRequestedOutput("output_0", binary_data=binary)]
+
+
+def infer(client, model, x: np.ndarray, binary=True):
+    inputs, outputs = _request(x, binary)
+    return client.infer(model, inputs, outputs=outputs).as_numpy("output_0")
+
+
+def infer_async(client, model, x: np.ndarray):
+    """Sent now, answered later (tritonclient's own concurrency: its client is not for use from other threads)."""
+    inputs, outputs = _request(x, True)
+    return client.async_infer(model, inputs, outputs=outputs)
+
+
+def eager(exported, x: np.ndarray) -> torch.Tensor:
+    _, model, _ = exported("net_dynamic")
+    with torch.no_grad():
+        return model(torch.from_numpy(x))
+
+
+def test_health_and_metadata(server):
+    assert server.client.is_server_live() and server.client.is_server_ready()
+    assert server.client.is_model_ready("net") and not server.client.is_model_ready("broken")
+    md = server.client.get_model_metadata("net")
+    assert md["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, 3, 32, 32]}]
+    assert md["outputs"] == [{"name": "output_0", "datatype": "FP32", "shape": [-1, 8, 32, 32]}]
+    assert md["versions"] == ["1"] and md["platform"] == "pt2rt"
+    assert server.client.get_server_metadata()["extensions"] == ["binary_tensor_data"]
+
+
+@pytest.mark.parametrize("binary", [True, False])
+def test_outputs_equal_eager(server, exported, binary):
+    x = np.random.default_rng(1).standard_normal((3, 3, 32, 32)).astype(np.float32)
+    y = infer(server.client, "net", x, binary)
+    torch.testing.assert_close(torch.from_numpy(y.copy()), eager(exported, x))
+
+
+def test_a_bad_request_is_a_400_naming_what_was_wrong_and_the_server_serves_on(server, exported):
+    with pytest.raises(InferenceServerException) as err:
+        infer(server.client, "net", np.zeros((2, 3, 16, 32), np.float32))
+    assert "400" in str(err.value.status()) and "dim 2" in err.value.message() and "32" in err.value.message()
+    inp = tritonhttp.InferInput("x", [1, 3, 32, 32], "FP64")
+    inp.set_data_from_numpy(np.zeros((1, 3, 32, 32)))
+    with pytest.raises(InferenceServerException, match="has datatype FP64, the model expects FP32"):
+        server.client.infer("net", [inp])
+    inp = tritonhttp.InferInput("y", [1, 3, 32, 32], "FP32")
+    inp.set_data_from_numpy(np.zeros((1, 3, 32, 32), np.float32))
+    with pytest.raises(InferenceServerException, match=r"unknown input 'y' \(the model's inputs: x\)"):
+        server.client.infer("net", [inp])
+    x = np.ones((1, 3, 32, 32), np.float32)
+    torch.testing.assert_close(torch.from_numpy(infer(server.client, "net", x).copy()), eager(exported, x))
+
+
+def test_unknown_and_broken_models(server):
+    status, body = server.get("/v2/models/nope")
+    assert status == 404 and json.loads(body) == {"error": "unknown model 'nope'"}
+    status, body = server.get("/v2/models/broken/ready")
+    assert status == 400 and "not a .pt2 package" in json.loads(body)["error"]
+    status, body = server.get("/v2/models/badconfig/ready")
+    assert status == 400 and "max_batch_size must be an integer >= 0" in json.loads(body)["error"]
+    log = [json.loads(line) for line in server.log.read_text().splitlines()]
+    assert any(e["msg"] == "model not loaded" and e["model"] == "broken" for e in log)
+
+
+def test_a_request_over_the_size_limit_is_refused(server):
+    x = np.zeros((32, 3, 32, 32), np.float32)  # 384 KiB: within
+    assert infer(server.client, "net", x).shape == (32, 8, 32, 32)
+    with pytest.raises(InferenceServerException) as err:  # 5 MiB: over --max-request-mb 4
+        infer(server.client, "op", np.zeros((2, 3, 16000, 16), np.float32))
+    assert err.value.status() in ("400", "413")
+
+
+def test_concurrent_requests_are_batched_and_each_gets_its_rows(server, exported):
+    before = _metric(server, "pt2serve_batches_total", "batched")
+    rng = np.random.default_rng(5)
+    xs = [rng.standard_normal((rows, 3, 32, 32)).astype(np.float32) for rows in (1, 2, 3, 1, 2)]
+    pending = [infer_async(server.client, "batched", x) for x in xs]
+    for x, p in zip(xs, pending):
+        torch.testing.assert_close(torch.from_numpy(p.get_result().as_numpy("output_0").copy()), eager(exported, x))
+    batches = _metric(server, "pt2serve_batches_total", "batched") - before
+    assert 1 <= batches < len(xs), f"{batches} executions for {len(xs)} concurrent requests"
+
+
+def _metric(server, family: str, model: str) -> float:
+    status, text = server.get("/metrics")
+    assert status == 200
+    m = re.search(rf'^{family}{{model="{model}",version="1"}} (\S+)$', text, re.M)
+    assert m, f"{family} for {model} not in /metrics"
+    return float(m.group(1))
+
+
+def test_metrics_count_requests_and_failures(server):
+    requests = _metric(server, "pt2serve_requests_total", "net")
+    failures = _metric(server, "pt2serve_request_failures_total", "net")
+    infer(server.client, "net", np.zeros((1, 3, 32, 32), np.float32))
+    with pytest.raises(InferenceServerException):
+        infer(server.client, "net", np.zeros((1, 3, 8, 8), np.float32))
+    assert _metric(server, "pt2serve_requests_total", "net") == requests + 2
+    assert _metric(server, "pt2serve_request_failures_total", "net") == failures + 1
+    status, text = server.get("/metrics")
+    assert 'pt2serve_batch_size_bucket{model="batched",version="1",le="+Inf"}' in text
+    assert 'pt2serve_model_ready{model="broken",version="1"} 0' in text
+
+
+def test_sigterm_finishes_the_request_in_flight_and_exits_0(exported, tmp_path):
+    repo = tmp_path / "models"
+    net, _, _ = exported("net_dynamic")
+    (repo / "slow" / "1").mkdir(parents=True)
+    os.link(net, repo / "slow" / "1" / "model.pt2")
+    (repo / "slow" / "config.json").write_text(json.dumps({"dynamic_batching": {"max_queue_delay_microseconds": 1000000}}))
+    s = Serving(repo)
+    x = np.ones((2, 3, 32, 32), np.float32)
+    pending = infer_async(s.client, "slow", x)
+    time.sleep(0.3)  # the request now waits in the batch queue for up to 1 s
+    start = time.time()
+    s.proc.send_signal(signal.SIGTERM)
+    assert pending.get_result().as_numpy("output_0").shape == (2, 8, 32, 32)
+    assert s.proc.wait(timeout=60) == 0
+    assert time.time() - start < 30
+    log = [json.loads(line) for line in s.log.read_text().splitlines()]
+    assert [e["msg"] for e in log][-1] == "stopped"
