@@ -4,7 +4,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # Debian packages -------------------------------------------------------------------------------
 APT_PACKAGES=(build-essential cmake ninja-build binutils git libssl-dev googletest libgtest-dev libgmock-dev
-              libcli11-dev nlohmann-json3-dev libbenchmark-dev libcpp-httplib-dev python3-venv
+              libcli11-dev nlohmann-json3-dev libbenchmark-dev libcpp-httplib-dev
+              libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler python3-venv
               clang libclang-rt-14-dev)  # clang: libFuzzer targets (make fuzz)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -278,6 +278,52 @@ void Model::run_batch(std::vector<std::unique_ptr<Pending>>& batch) {
   }
 }
 
+Registry::Registry(std::vector<std::unique_ptr<Model>> models) : models_(std::move(models)) {
+  for (auto& m : models_) by_name_[m->name()][std::stol(m->version())] = m.get();
+}
+
+Model& Registry::find(const std::string& name, const std::string& version, bool need_ready) const {
+  const auto it = by_name_.find(name);
+  if (it == by_name_.end()) throw NotFound("unknown model '" + name + "'");
+  Model* m = nullptr;
+  if (version.empty()) {
+    m = it->second.rbegin()->second;
+  } else {
+    for (const auto& [number, model] : it->second) {
+      if (model->version() == version) m = model;
+    }
+    if (!m) throw NotFound("model '" + name + "' has no version '" + version + "'");
+  }
+  if (need_ready && !m->ready()) {
+    throw Unavailable("model " + m->name() + " version " + m->version() + " is not ready: " + m->load_error());
+  }
+  return *m;
+}
+
+std::vector<std::string> Registry::versions(const std::string& name) const {
+  std::vector<std::string> out;
+  const auto it = by_name_.find(name);
+  if (it != by_name_.end()) {
+    for (const auto& [number, model] : it->second) out.push_back(model->version());
+  }
+  return out;
+}
+
+namespace {
+const std::map<pt2rt::DType, std::pair<const char*, size_t>>& datatypes() {
+  using pt2rt::DType;
+  static const std::map<DType, std::pair<const char*, size_t>> m = {
+      {DType::Float32, {"FP32", 4}}, {DType::Float64, {"FP64", 8}}, {DType::Float16, {"FP16", 2}},
+      {DType::BFloat16, {"BF16", 2}}, {DType::Int64, {"INT64", 8}}, {DType::Int32, {"INT32", 4}},
+      {DType::Int16, {"INT16", 2}},   {DType::Int8, {"INT8", 1}},   {DType::UInt8, {"UINT8", 1}},
+      {DType::Bool, {"BOOL", 1}}};
+  return m;
+}
+}  // namespace
+
+const char* datatype_name(pt2rt::DType d) { return datatypes().at(d).first; }
+size_t itemsize(pt2rt::DType d) { return datatypes().at(d).second; }
+
 std::vector<std::unique_ptr<Model>> load_repository(const std::string& dir) {
   if (!fs::is_directory(dir)) throw std::runtime_error("model repository " + dir + " is not a directory");
   std::vector<fs::path> model_dirs;

@@ -98,6 +98,28 @@ class Model {
   std::vector<std::thread> workers_;
 };
 
+// A model or version that does not exist (HTTP 404, gRPC NOT_FOUND).
+struct NotFound : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// The loaded repository, looked up by name and version (the highest version when none is named).
+class Registry {
+ public:
+  explicit Registry(std::vector<std::unique_ptr<Model>> models);
+  Model& find(const std::string& name, const std::string& version, bool need_ready) const;
+  std::vector<std::string> versions(const std::string& name) const;
+  const std::vector<std::unique_ptr<Model>>& models() const { return models_; }
+
+ private:
+  std::vector<std::unique_ptr<Model>> models_;
+  std::map<std::string, std::map<long, Model*>> by_name_;
+};
+
+// The protocol's datatype names ("FP32", ...) and sizes.
+const char* datatype_name(pt2rt::DType d);
+size_t itemsize(pt2rt::DType d);
+
 // Every <model>/<version>/model.pt2 under `dir`, loaded (a model that fails to load is kept, not ready, with its
 // error). Ordered by name, then version as a number.
 std::vector<std::unique_ptr<Model>> load_repository(const std::string& dir);

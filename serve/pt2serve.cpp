@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <pt2rt/pt2rt.h>
 
+#include "grpc_service.h"
 #include "log.h"
 #include "model.h"
 
@@ -28,17 +29,6 @@ namespace {
 constexpr const char* kVersion = PT2SERVE_VERSION;
 constexpr const char* kHeaderLength = "Inference-Header-Content-Length";
 
-const std::map<DType, std::pair<const char*, size_t>>& datatypes() {
-  static const std::map<DType, std::pair<const char*, size_t>> m = {
-      {DType::Float32, {"FP32", 4}}, {DType::Float64, {"FP64", 8}}, {DType::Float16, {"FP16", 2}},
-      {DType::BFloat16, {"BF16", 2}}, {DType::Int64, {"INT64", 8}}, {DType::Int32, {"INT32", 4}},
-      {DType::Int16, {"INT16", 2}},   {DType::Int8, {"INT8", 1}},   {DType::UInt8, {"UINT8", 1}},
-      {DType::Bool, {"BOOL", 1}}};
-  return m;
-}
-const char* datatype_name(DType d) { return datatypes().at(d).first; }
-size_t itemsize(DType d) { return datatypes().at(d).second; }
-
 json shape_json(const std::vector<int64_t>& shape) { return json(shape); }
 
 json tensor_metadata(const pt2rt::TensorSpec& t) {
@@ -47,12 +37,7 @@ json tensor_metadata(const pt2rt::TensorSpec& t) {
 
 class Server {
  public:
-  Server(std::vector<std::unique_ptr<Model>> models, size_t max_request_bytes)
-      : models_(std::move(models)), max_request_bytes_(max_request_bytes) {
-    for (auto& m : models_) {
-      by_name_[m->name()][m->version()] = m.get();
-    }
-  }
+  Server(const Registry& registry, size_t max_request_bytes) : registry_(registry), max_request_bytes_(max_request_bytes) {}
 
   void routes(httplib::Server& svr) {
     svr.Get("/v2", [this](const httplib::Request&, httplib::Response& res) {
@@ -92,10 +77,6 @@ class Server {
   }
 
  private:
-  struct NotFound : std::runtime_error {
-    using std::runtime_error::runtime_error;
-  };
-
   static void reply(httplib::Response& res, int status, const json& body) {
     res.status = status;
     res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
@@ -121,30 +102,13 @@ class Server {
 
   // The model (and version: the highest when none is named) of a /v2/models/{m}[/versions/{v}] path.
   Model* find(const httplib::Request& req, bool need_ready) {
-    const std::string name = req.matches[1];
     const std::string version = req.matches.size() > 2 ? std::string(req.matches[2]) : "";
-    const auto it = by_name_.find(name);
-    if (it == by_name_.end()) throw NotFound("unknown model '" + name + "'");
-    Model* m = nullptr;
-    if (version.empty()) {
-      for (const auto& [v, model] : it->second) {
-        if (!m || std::stol(v) > std::stol(m->version())) m = model;
-      }
-    } else {
-      const auto v = it->second.find(version);
-      if (v == it->second.end()) throw NotFound("model '" + name + "' has no version '" + version + "'");
-      m = v->second;
-    }
-    if (need_ready && !m->ready()) {
-      throw Unavailable("model " + m->name() + " version " + m->version() + " is not ready: " + m->load_error());
-    }
-    return m;
+    return &registry_.find(req.matches[1], version, need_ready);
   }
 
   void metadata(const httplib::Request& req, httplib::Response& res) {
     Model* m = find(req, true);
-    json versions = json::array();
-    for (const auto& [v, _] : by_name_[m->name()]) versions.push_back(v);
+    json versions = registry_.versions(m->name());
     json inputs = json::array(), outputs = json::array();
     for (const auto& t : m->spec().inputs) inputs.push_back(tensor_metadata(t));
     for (const auto& t : m->spec().outputs) outputs.push_back(tensor_metadata(t));
@@ -358,7 +322,7 @@ class Server {
     std::string s;
     const auto family = [&](const char* name, const char* type, const char* help, auto value) {
       s += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
-      for (auto& m : models_) {
+      for (auto& m : registry_.models()) {
         s += std::string(name) + "{model=\"" + m->name() + "\",version=\"" + m->version() + "\"} " + value(*m) + "\n";
       }
     };
@@ -381,7 +345,7 @@ class Server {
       return std::to_string(m.stats().batches.load());
     });
     s += "# HELP pt2serve_batch_size rows per model execution\n# TYPE pt2serve_batch_size histogram\n";
-    for (auto& m : models_) {
+    for (auto& m : registry_.models()) {
       const std::string labels = "model=\"" + m->name() + "\",version=\"" + m->version() + "\"";
       uint64_t cumulative = 0;
       for (int b = 0; b < Stats::kBuckets; ++b) {
@@ -395,8 +359,7 @@ class Server {
     return s;
   }
 
-  std::vector<std::unique_ptr<Model>> models_;
-  std::map<std::string, std::map<std::string, Model*>> by_name_;
+  const Registry& registry_;
   size_t max_request_bytes_;
 };
 
@@ -407,11 +370,12 @@ int main(int argc, char** argv) {
   using namespace pt2serve;
   CLI::App app{"pt2serve: the models of a repository over the Open Inference Protocol (KServe v2)"};
   std::string repository, host = "127.0.0.1";
-  int http_port = 8000, threads = 8;
+  int http_port = 8000, grpc_port = 8001, threads = 8;
   double max_request_mb = 64, shutdown_seconds = 30;
   app.add_option("--model-repository", repository, "DIR/<model>/<version>/model.pt2 (+ DIR/<model>/config.json)")
       ->required();
   app.add_option("--http-port", http_port, "HTTP port (0: pick one and log it)")->capture_default_str();
+  app.add_option("--grpc-port", grpc_port, "gRPC port (0: pick one and log it; -1: no gRPC)")->capture_default_str();
   app.add_option("--host", host, "address to listen on")->capture_default_str();
   app.add_option("--http-threads", threads, "HTTP worker threads")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--max-request-mb", max_request_mb, "largest request body")->capture_default_str();
@@ -438,7 +402,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const size_t max_request_bytes = static_cast<size_t>(max_request_mb * 1024 * 1024);
-  Server server(std::move(models), max_request_bytes);
+  const Registry registry(std::move(models));
+  Server server(registry, max_request_bytes);
   httplib::Server svr;
   svr.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   svr.set_payload_max_length(max_request_bytes + (1 << 20));
@@ -448,7 +413,16 @@ int main(int argc, char** argv) {
     log("error", "cannot listen", {{"host", host}, {"port", std::to_string(http_port)}});
     return 2;
   }
-  log("info", "listening", {{"host", host}, {"http_port", std::to_string(port)}});
+  std::unique_ptr<GrpcServer> grpc_server;
+  if (grpc_port >= 0) {
+    grpc_server = std::make_unique<GrpcServer>(registry, host, grpc_port, max_request_bytes);
+    if (grpc_server->port() <= 0) {
+      log("error", "cannot listen (gRPC)", {{"host", host}, {"port", std::to_string(grpc_port)}});
+      return 2;
+    }
+  }
+  log("info", "listening", {{"host", host}, {"http_port", std::to_string(port)},
+                            {"grpc_port", std::to_string(grpc_server ? grpc_server->port() : -1)}});
   std::atomic<bool> listening_ended{false};
   std::thread stopper([&] {
     int sig = 0;
@@ -463,11 +437,16 @@ int main(int argc, char** argv) {
       std::_Exit(0);
     }).detach();
     svr.stop();  // stops accepting; the worker pool finishes the requests it holds
+    if (grpc_server) grpc_server->shutdown(shutdown_seconds);
   });
   const bool ok = svr.listen_after_bind();
   listening_ended = true;
   pthread_kill(stopper.native_handle(), SIGTERM);  // a stop that came from elsewhere: wake the stopper
   stopper.join();
+  if (grpc_server) {
+    grpc_server->shutdown(0);  // a no-op after the stopper's; else the HTTP side ended on its own
+    grpc_server->wait();
+  }
   if (!ok) {
     log("error", "the HTTP server stopped with an error");
     return 1;

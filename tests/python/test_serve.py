@@ -17,8 +17,9 @@ import torch
 
 from packages import pt2run_path
 
-tritonhttp = pytest.importorskip("tritonclient.http", reason="tritonclient is in requirements/*.txt")
-from tritonclient.utils import InferenceServerException  # noqa: E402
+import tritonclient.grpc as tritongrpc
+import tritonclient.http as tritonhttp
+from tritonclient.utils import InferenceServerException
 
 
 def pt2serve_path() -> Path:
@@ -31,20 +32,21 @@ class Serving:
     def __init__(self, repo: Path, *args: str):
         self.log = repo.parent / f"{repo.name}.log"
         self.proc = subprocess.Popen([str(pt2serve_path()), "--model-repository", str(repo), "--http-port", "0",
-                                      *args], stderr=open(self.log, "w"), stdout=subprocess.DEVNULL)
+                                      "--grpc-port", "0", *args], stderr=open(self.log, "w"), stdout=subprocess.DEVNULL)
         deadline = time.time() + 120
         self.port = None
         while self.port is None and time.time() < deadline:
             for line in self.log.read_text().splitlines():
                 entry = json.loads(line)
                 if entry["msg"] == "listening":
-                    self.port = int(entry["http_port"])
+                    self.port, self.grpc_port = int(entry["http_port"]), int(entry["grpc_port"])
             if self.proc.poll() is not None:
                 raise AssertionError(f"pt2serve exited {self.proc.returncode}: {self.log.read_text()}")
             time.sleep(0.05)
         assert self.port, self.log.read_text()
         self.url = f"localhost:{self.port}"
         self.client = tritonhttp.InferenceServerClient(self.url, concurrency=8)
+        self.grpc = tritongrpc.InferenceServerClient(f"localhost:{self.grpc_port}")
 
     def get(self, path: str) -> tuple[int, str]:
         try:
@@ -204,3 +206,67 @@ def test_sigterm_finishes_the_request_in_flight_and_exits_0(exported, tmp_path):
     assert time.time() - start < 30
     log = [json.loads(line) for line in s.log.read_text().splitlines()]
     assert [e["msg"] for e in log][-1] == "stopped"
+
+
+def grpc_infer(client, model, x: np.ndarray, datatype="FP32"):
+    inp = tritongrpc.InferInput("x", list(x.shape), datatype)
+    inp.set_data_from_numpy(x)
+    return client.infer(model, [inp], outputs=[tritongrpc.InferRequestedOutput("output_0")]).as_numpy("output_0")
+
+
+def test_grpc_health_metadata_and_outputs_equal_eager(server, exported):
+    c = server.grpc
+    assert c.is_server_live() and c.is_server_ready()
+    assert c.is_model_ready("net") and not c.is_model_ready("broken")
+    md = c.get_model_metadata("net", as_json=True)
+    assert md["inputs"] == [{"name": "x", "datatype": "FP32", "shape": ["-1", "3", "32", "32"]}]
+    assert c.get_server_metadata(as_json=True)["name"] == "pt2serve"
+    x = np.random.default_rng(3).standard_normal((4, 3, 32, 32)).astype(np.float32)
+    torch.testing.assert_close(torch.from_numpy(grpc_infer(c, "net", x).copy()), eager(exported, x))
+
+
+def test_grpc_errors_carry_the_protocol_status(server, exported):
+    c = server.grpc
+    with pytest.raises(InferenceServerException) as err:
+        grpc_infer(c, "net", np.zeros((2, 3, 16, 32), np.float32))
+    assert err.value.status() == "StatusCode.INVALID_ARGUMENT" and "dim 2" in err.value.message()
+    with pytest.raises(InferenceServerException) as err:
+        grpc_infer(c, "net", np.zeros((1, 3, 32, 32)), "FP64")
+    assert err.value.status() == "StatusCode.INVALID_ARGUMENT" and "expects FP32" in err.value.message()
+    with pytest.raises(InferenceServerException) as err:
+        grpc_infer(c, "nope", np.zeros((1, 3, 32, 32), np.float32))
+    assert err.value.status() == "StatusCode.NOT_FOUND"
+    with pytest.raises(InferenceServerException) as err:
+        grpc_infer(c, "broken", np.zeros((1, 3, 32, 32), np.float32))
+    assert err.value.status() == "StatusCode.UNAVAILABLE" and "not a .pt2 package" in err.value.message()
+    x = np.ones((1, 3, 32, 32), np.float32)
+    torch.testing.assert_close(torch.from_numpy(grpc_infer(c, "net", x).copy()), eager(exported, x))
+
+
+def test_the_proto_has_the_wire_format_of_the_clients(tmp_path):
+    """serve/proto/open_inference_grpc.proto (written from the specification) against tritonclient's compiled one:
+    every message's fields by name, number, type and label, and every service method."""
+    from google.protobuf import descriptor_pb2
+    from tritonclient.grpc import service_pb2
+
+    proto = Path(__file__).resolve().parents[2] / "serve" / "proto"
+    out = tmp_path / "set.pb"
+    subprocess.run(["protoc", "-I", str(proto), f"--descriptor_set_out={out}", "open_inference_grpc.proto"], check=True)
+    fds = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes())
+    mine = fds.file[0]
+
+    def compare(messages, theirs_of):
+        checked = 0
+        for m in messages:
+            theirs = theirs_of(m.name)
+            fields = {f.name: (f.number, f.type) for f in theirs.fields}
+            for f in m.field:
+                assert fields.get(f.name) == (f.number, f.type), f"{m.name}.{f.name}"
+                checked += 1
+            nested = {d.name: d for d in theirs.nested_types}
+            checked += compare([n for n in m.nested_type if not n.options.map_entry], nested.__getitem__)
+        return checked
+
+    assert compare(mine.message_type, service_pb2.DESCRIPTOR.message_types_by_name.__getitem__) >= 50
+    service = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+    assert all(m.name in service.methods_by_name for m in mine.service[0].method)
