@@ -270,3 +270,55 @@ def test_the_proto_has_the_wire_format_of_the_clients(tmp_path):
     assert compare(mine.message_type, service_pb2.DESCRIPTOR.message_types_by_name.__getitem__) >= 50
     service = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
     assert all(m.name in service.methods_by_name for m in mine.service[0].method)
+
+
+def test_deploy_files_use_flags_pt2serve_has():
+    """deploy/: the YAML parses and every flag the manifests and the Dockerfile pass is one pt2serve takes."""
+    import yaml
+
+    root = Path(__file__).resolve().parents[2] / "deploy"
+    help_text = subprocess.run([str(pt2serve_path()), "--help"], capture_output=True, text=True, check=True).stdout
+    args = []
+    for path in sorted(root.rglob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            spec = doc["spec"]
+            pod = spec["predictor"] if doc["kind"] == "InferenceService" else spec.get("template", {}).get("spec", {})
+            for c in pod.get("containers", []):
+                args += c["args"]
+                if "readinessProbe" in c:
+                    assert c["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    docker = (root / "Dockerfile").read_text()
+    for line in docker.splitlines():
+        if line.startswith(("ENTRYPOINT", "CMD")):
+            args += json.loads(line.split(" ", 1)[1])
+    flags = {a for a in args if a.startswith("--")}
+    assert {"--model-repository", "--http-port", "--grpc-port", "--host"} <= flags
+    for flag in flags:
+        assert flag in help_text, f"{flag} is not a pt2serve flag"
+
+
+def test_a_full_queue_is_a_503_and_a_request_over_max_batch_size_runs_alone(exported, tmp_path):
+    repo = tmp_path / "models"
+    net, _, _ = exported("net_dynamic")
+    (repo / "tight" / "1").mkdir(parents=True)
+    os.link(net, repo / "tight" / "1" / "model.pt2")
+    # a batch of 3 rows waits up to 1 s for one more row; another 3-row request cannot join it and waits in the
+    # queue (its one place); a third finds the queue full
+    (repo / "tight" / "config.json").write_text(json.dumps(
+        {"max_batch_size": 4, "max_queue": 1, "dynamic_batching": {"max_queue_delay_microseconds": 1000000}}))
+    s = Serving(repo)
+    try:
+        x = np.ones((3, 3, 32, 32), np.float32)
+        first = infer_async(s.client, "tight", x)
+        time.sleep(0.2)
+        second = infer_async(s.client, "tight", x)
+        time.sleep(0.2)
+        with pytest.raises(InferenceServerException) as err:
+            infer(s.client, "tight", x)
+        assert err.value.status() == "503" and "the queue is full (1 requests waiting" in err.value.message()
+        for p in (first, second):
+            assert p.get_result().as_numpy("output_0").shape == (3, 8, 32, 32)
+        big = np.random.default_rng(2).standard_normal((6, 3, 32, 32)).astype(np.float32)  # > max_batch_size 4
+        torch.testing.assert_close(torch.from_numpy(infer(s.client, "tight", big).copy()), eager(exported, big))
+    finally:
+        assert s.stop() == 0
