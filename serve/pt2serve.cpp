@@ -63,6 +63,18 @@ class Server {
     svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       res.set_content(metrics(), "text/plain; version=0.0.4");
     });
+    // errors httplib answers itself (before a route runs) get the protocol's JSON body too
+    svr.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) return;
+      std::string what = "HTTP " + std::to_string(res.status);
+      if (res.status == 404) what = "no such endpoint: " + req.method + " " + req.path;
+      if (res.status == 413) {
+        what = "the request body is too large: the limit is " + std::to_string(max_request_bytes_) +
+               " bytes (--max-request-mb), and 8192 for a body sent as application/x-www-form-urlencoded " +
+               "(send application/json or application/octet-stream)";
+      }
+      res.set_content(json{{"error", what}}.dump(), "application/json");
+    });
     svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
       std::string what = "internal error";
       try {

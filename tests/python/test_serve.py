@@ -322,3 +322,44 @@ def test_a_full_queue_is_a_503_and_a_request_over_max_batch_size_runs_alone(expo
         torch.testing.assert_close(torch.from_numpy(infer(s.client, "tight", big).copy()), eager(exported, big))
     finally:
         assert s.stop() == 0
+
+
+def _post(server, path: str, body: bytes, headers=None) -> tuple[int, dict]:
+    headers = {"Content-Type": "application/octet-stream", **(headers or {})}
+    req = urllib.request.Request(f"http://{server.url}{path}", data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read().split(b"\0")[0] or b"{}")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_garbage_truncated_and_out_of_range_requests_are_400s(server, exported):
+    infer_path = "/v2/models/net/infer"
+    status, body = _post(server, infer_path, b"{not json")
+    assert status == 400 and body["error"].startswith("the request is not JSON")
+    status, body = _post(server, infer_path, b'{"inputs": 3}')
+    assert status == 400 and body["error"] == 'expected a JSON object with "inputs": [...]'
+    # binary data shorter than binary_data_size says
+    x = np.ones((1, 3, 32, 32), np.float32)
+    header = json.dumps({"inputs": [{"name": "x", "shape": [1, 3, 32, 32], "datatype": "FP32",
+                                     "parameters": {"binary_data_size": x.nbytes}}]}).encode()
+    status, body = _post(server, infer_path, header + x.tobytes()[:100],
+                         {"Inference-Header-Content-Length": str(len(header))})
+    assert status == 400 and "the body ends before its 12288 bytes" in body["error"]
+    status, body = _post(server, infer_path, header + x.tobytes(), {"Inference-Header-Content-Length": "999999"})
+    assert status == 400 and "Inference-Header-Content-Length is 999999" in body["error"]
+    # JSON data with the wrong element count
+    status, body = _post(server, infer_path, json.dumps({"inputs": [{"name": "x", "shape": [1, 3, 32, 32],
+                                                                      "datatype": "FP32", "data": [1, 2, 3]}]}).encode())
+    assert status == 400 and "data has 3 elements, its shape 3072" in body["error"]
+    # a form-encoded body (curl --data's default) past httplib's 8 KiB for those: said, not an empty 413
+    status, body = _post(server, infer_path, header + x.tobytes(), {"Content-Type": "application/x-www-form-urlencoded"})
+    assert status == 413 and "application/x-www-form-urlencoded" in body["error"]
+    status, body = _post(server, "/v2/nothing", b"{}")
+    assert status == 404 and body["error"] == "no such endpoint: POST /v2/nothing"
+    # a batch past the package's range (1..32)
+    with pytest.raises(InferenceServerException) as err:
+        infer(server.client, "net", np.zeros((33, 3, 32, 32), np.float32))
+    assert err.value.status() == "400" and "33" in err.value.message() and "32" in err.value.message()
+    torch.testing.assert_close(torch.from_numpy(infer(server.client, "net", x).copy()), eager(exported, x))
