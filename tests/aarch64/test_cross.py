@@ -129,3 +129,9 @@ def test_a_package_without_an_aarch64_variant_is_refused_with_exit_3(packages, t
     r = pt2run_aarch64("verify", str(path), check=False)
     assert r.returncode == 3
     assert "no CPU variant of the package runs on this host" in r.stderr and "default: it is for x86_64" in r.stderr
+
+
+def test_the_x86_pt2run_refuses_an_aarch64_only_package_with_exit_3(packages):
+    r = pt2run_native("verify", str(packages["net"]), check=False)
+    assert r.returncode == 3
+    assert "no CPU variant of the package runs on this host (neon: it is for aarch64, this host is x86_64)" in r.stderr
