@@ -100,7 +100,9 @@ def infer_async(client, model, x: np.ndarray):
 
 
 def eager(exported, x: np.ndarray) -> torch.Tensor:
-    _, model, _ = exported("net_dynamic")
+    # a fresh instance: other tests may change the session fixture's model in place after exporting it
+    from export_tools import models
+    model, _ = models.identity_conv_net()
     with torch.no_grad():
         return model(torch.from_numpy(x))
 
