@@ -34,8 +34,9 @@ class Pt2rtConan(ConanFile):
         self.requires("cli11/2.1.2")
         self.requires("nlohmann_json/3.11.2")
         if not self._cross:
-            self.requires("cpp-httplib/0.11.4")  # pt2serve (built natively only)
-            self.requires("grpc/1.51.1")
+            # pt2serve's (built natively only): private to the executable, not a consumer's dependency
+            self.requires("cpp-httplib/0.11.4", visible=False)
+            self.requires("grpc/1.51.1", visible=False)
         if self._cross:
             self.requires("openssl/3.0")  # Debian's multiarch package for the target; natively: the system's
         if self.options.with_tests:
@@ -91,7 +92,7 @@ class Pt2rtConan(ConanFile):
         # <pt2rt/pt2rt.h> is torch-free: linking pt2rt::pt2rt brings no torch target (libpt2rt.so finds libtorch at
         # run time; an ops library build does find_package(Torch) itself, from libtorch's build dirs).
         self.cpp_info.requires = ["nlohmann_json::nlohmann_json"]
-        self.cpp_info.ignored_requires = ["libtorch", "cli11", "cpp-httplib", "grpc"]
+        self.cpp_info.ignored_requires = ["libtorch", "cli11"]
         # ...but the linker must find libpt2rt.so's own libtorch dependencies (its RUNPATH is $ORIGIN)
         torch_lib = os.path.join(self.dependencies["libtorch"].package_folder, "torch", "lib")
         self.cpp_info.exelinkflags = self.cpp_info.sharedlinkflags = [f"-Wl,-rpath-link,{torch_lib}"]
