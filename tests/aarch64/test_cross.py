@@ -135,3 +135,18 @@ def test_the_x86_pt2run_refuses_an_aarch64_only_package_with_exit_3(packages):
     r = pt2run_native("verify", str(packages["net"]), check=False)
     assert r.returncode == 3
     assert "no CPU variant of the package runs on this host (neon: it is for aarch64, this host is x86_64)" in r.stderr
+
+
+def test_python_verify_says_what_it_could_not_run(packages):
+    import sys
+
+    def verify(path):
+        return subprocess.run([sys.executable, "-m", "export_tools", "-q", "verify", str(path), "--ops-library",
+                               str(NATIVE / "lib" / "libidentity_conv_ops.so")],
+                              capture_output=True, text=True, cwd=ROOT)
+
+    both = verify(packages["multi"])
+    assert both.returncode == 0, both.stderr
+    assert "neon (aarch64): not run on this x86_64 machine" in both.stderr and "avx2" in both.stdout
+    only = verify(packages["op"])
+    assert only.returncode == 1 and "nothing was verified" in only.stderr
