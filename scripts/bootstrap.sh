@@ -7,20 +7,7 @@ APT_PACKAGES=(build-essential cmake ninja-build binutils git libssl-dev googlete
               libcli11-dev nlohmann-json3-dev libbenchmark-dev libcpp-httplib-dev
               libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler python3-venv
               clang libclang-rt-14-dev)  # clang: libFuzzer targets (make fuzz)
-missing=()
-for p in "${APT_PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  if [ "$(id -u)" -ne 0 ]; then
-    echo "error: missing Debian packages: ${missing[*]}" >&2
-    echo "install them with: sudo apt-get update && sudo apt-get install -y ${missing[*]}" >&2
-    exit 1
-  fi
-  log "apt-get install ${missing[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+ensure_debian_packages "${APT_PACKAGES[@]}"
 if [ "$FLAVOUR" = cuda ] && [ ! -x "$CUDA_ROOT/bin/nvcc" ]; then
   echo "error: the cuda flavour needs nvcc at $CUDA_ROOT/bin/nvcc (set CUDA_ROOT to the CUDA 13 toolkit)" >&2
   exit 1

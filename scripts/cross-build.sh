@@ -18,25 +18,8 @@ NATIVE_BUILD_DIR=$BUILD_DIR
 CROSS_BUILD_DIR=$ROOT/build/aarch64-$build_type_lc
 
 # Debian packages: the cross toolchain, qemu, the target's OpenSSL (arm64 multiarch) ---------------------------
-missing=()
-for p in g++-aarch64-linux-gnu qemu-user libssl-dev:arm64; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  if [ "$(id -u)" -ne 0 ]; then
-    echo "error: missing Debian packages: ${missing[*]}" >&2
-    echo "install them with: sudo dpkg --add-architecture arm64 && sudo apt-get update && sudo apt-get install -y ${missing[*]}" >&2
-    exit 1
-  fi
-  if ! dpkg --print-foreign-architectures | grep -qx arm64; then
-    log "dpkg --add-architecture arm64 (the target's libssl-dev)"
-    dpkg --add-architecture arm64
-  fi
-  log "apt-get install ${missing[*]}"
-  apt-get update -qq
-  # libssl-dev of both architectures must be the same version: upgrade the native one with it
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" libssl-dev
-fi
+# (apt upgrades the native libssl-dev with the arm64 one: Multi-Arch packages of both must be one version)
+ensure_debian_packages g++-aarch64-linux-gnu qemu-user libssl-dev:arm64
 
 # PyPI's aarch64 wheels (the libtorch recipe checks their SHA-256) -----------------------------------------------
 WHEELS=$ROOT/build/wheels-linux-aarch64

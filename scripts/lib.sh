@@ -31,3 +31,31 @@ if [ "$FLAVOUR" = cuda ]; then
 fi
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*"; }
+
+# Installs those of the Debian packages "$@" that are missing (apt-get, as root; as another user it prints the
+# command and fails). A package of another architecture (name:arm64) adds that architecture to dpkg first.
+ensure_debian_packages() {
+  local missing=() foreign=() p arch
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -gt 0 ] || return 0
+  for p in "${missing[@]}"; do
+    arch=${p#*:}
+    if [ "$arch" != "$p" ] && ! dpkg --print-foreign-architectures | grep -qx "$arch"; then foreign+=("$arch"); fi
+  done
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "error: missing Debian packages: ${missing[*]}" >&2
+    local add=""
+    for arch in "${foreign[@]}"; do add+="sudo dpkg --add-architecture $arch && "; done
+    echo "install them with: ${add}sudo apt-get update && sudo apt-get install -y ${missing[*]}" >&2
+    exit 1
+  fi
+  for arch in "${foreign[@]}"; do
+    log "dpkg --add-architecture $arch"
+    dpkg --add-architecture "$arch"
+  done
+  log "apt-get install ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
