@@ -61,7 +61,7 @@ std::vector<uint8_t> from_contents(const inference::InferTensorContents& c, pt2r
 
 class Service final : public inference::GRPCInferenceService::Service {
  public:
-  explicit Service(const Registry& registry) : registry_(registry) {}
+  Service(const Registry& registry, size_t max_bytes) : registry_(registry), max_bytes_(max_bytes) {}
 
   Status ServerLive(ServerContext*, const inference::ServerLiveRequest*, inference::ServerLiveResponse* r) override {
     r->set_live(true);
@@ -128,66 +128,37 @@ class Service final : public inference::GRPCInferenceService::Service {
     }
   }
 
-  static void infer(Model& m, const inference::ModelInferRequest& q, inference::ModelInferResponse* r) {
+  void infer(Model& m, const inference::ModelInferRequest& q, inference::ModelInferResponse* r) const {
     const auto& spec = m.spec();
     const bool raw = q.raw_input_contents_size() > 0;
     if (raw && q.raw_input_contents_size() != q.inputs_size()) {
       throw BadRequest("raw_input_contents has " + std::to_string(q.raw_input_contents_size()) +
                        " entries for " + std::to_string(q.inputs_size()) + " inputs");
     }
-    std::vector<std::optional<pt2rt::Tensor>> inputs(spec.inputs.size());
+    RequestInputs inputs(spec, max_bytes_);
     for (int k = 0; k < q.inputs_size(); ++k) {
       const auto& in = q.inputs(k);
-      size_t i = 0;
-      while (i < spec.inputs.size() && spec.inputs[i].name != in.name()) ++i;
-      if (i == spec.inputs.size()) {
-        std::string have;
-        for (const auto& t : spec.inputs) have += (have.empty() ? "" : ", ") + t.name;
-        throw BadRequest("unknown input '" + in.name() + "' (the model's inputs: " + have + ")");
-      }
-      if (inputs[i]) throw BadRequest("input '" + in.name() + "' is given twice");
-      const auto& ts = spec.inputs[i];
-      if (in.datatype() != datatype_name(ts.dtype)) {
-        throw BadRequest("input '" + in.name() + "' has datatype " + in.datatype() + ", the model expects " +
-                         datatype_name(ts.dtype));
-      }
-      std::vector<int64_t> shape(in.shape().begin(), in.shape().end());
-      size_t count = 1;
-      for (const auto d : shape) {
-        if (d < 0) throw BadRequest("input '" + in.name() + "': negative dim in its shape");
-        count *= static_cast<size_t>(d);
-      }
-      const size_t bytes = count * itemsize(ts.dtype);
-      std::vector<uint8_t> data;
+      const auto slot = inputs.check(in.name(), in.datatype(), {in.shape().begin(), in.shape().end()});
       if (raw) {
         const std::string& blob = q.raw_input_contents(k);
-        if (blob.size() != bytes) {
+        if (blob.size() != slot.bytes) {
           throw BadRequest("input '" + in.name() + "': raw_input_contents has " + std::to_string(blob.size()) +
-                           " bytes, its shape and datatype need " + std::to_string(bytes));
+                           " bytes, its shape and datatype need " + std::to_string(slot.bytes));
         }
-        data.assign(blob.begin(), blob.end());
+        inputs.set(slot, blob.data());
       } else {
-        data = from_contents(in.contents(), ts.dtype, in.name());
-        if (data.size() != bytes) {
-          throw BadRequest("input '" + in.name() + "': contents hold " + std::to_string(data.size() / itemsize(ts.dtype)) +
-                           " elements, its shape " + std::to_string(count));
+        const auto data = from_contents(in.contents(), slot.dtype, in.name());
+        if (data.size() != slot.bytes) {
+          throw BadRequest("input '" + in.name() + "': contents hold " +
+                           std::to_string(data.size() / itemsize(slot.dtype)) + " elements, its shape " +
+                           std::to_string(slot.count));
         }
+        inputs.set(slot, data.data());
       }
-      inputs[i] = pt2rt::Tensor::copy_of(pt2rt::TensorView{data.data(), shape, ts.dtype});
     }
-    std::vector<pt2rt::Tensor> ordered;
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      if (!inputs[i]) throw BadRequest("input '" + spec.inputs[i].name + "' is missing");
-      ordered.push_back(std::move(*inputs[i]));
-    }
-    auto outputs = m.infer(std::move(ordered));
+    auto outputs = m.infer(inputs.take());
     std::vector<size_t> wanted;
-    for (const auto& o : q.outputs()) {
-      size_t i = 0;
-      while (i < spec.outputs.size() && spec.outputs[i].name != o.name()) ++i;
-      if (i == spec.outputs.size()) throw BadRequest("unknown output '" + o.name() + "'");
-      wanted.push_back(i);
-    }
+    for (const auto& o : q.outputs()) wanted.push_back(output_index(spec, o.name()));
     if (wanted.empty()) {
       for (size_t i = 0; i < spec.outputs.size(); ++i) wanted.push_back(i);
     }
@@ -205,6 +176,7 @@ class Service final : public inference::GRPCInferenceService::Service {
   }
 
   const Registry& registry_;
+  size_t max_bytes_;
 };
 
 }  // namespace
@@ -216,7 +188,7 @@ struct GrpcServer::Impl {
 
 GrpcServer::GrpcServer(const Registry& registry, const std::string& host, int port, size_t max_message_bytes)
     : impl_(std::make_unique<Impl>()) {
-  impl_->service = std::make_unique<Service>(registry);
+  impl_->service = std::make_unique<Service>(registry, max_message_bytes);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(host + ":" + std::to_string(port), grpc::InsecureServerCredentials(), &port_);
   builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<size_t>(max_message_bytes, INT32_MAX)));

@@ -120,6 +120,33 @@ class Registry {
 const char* datatype_name(pt2rt::DType d);
 size_t itemsize(pt2rt::DType d);
 
+// A request's inputs, checked against the spec as they come - the name known and given once, the datatype the
+// model's, the shape's bytes within `max_bytes` (overflow included) - then handed over in the spec's order. Both
+// transports use it; every failure is a BadRequest naming the input.
+class RequestInputs {
+ public:
+  struct Slot {
+    size_t index = 0;
+    pt2rt::DType dtype = pt2rt::DType::Float32;
+    std::vector<int64_t> shape;
+    size_t count = 0;  // elements
+    size_t bytes = 0;
+  };
+  RequestInputs(const pt2rt::Spec& spec, size_t max_bytes);
+  Slot check(const std::string& name, const std::string& datatype, const std::vector<int64_t>& shape);
+  // `data` holds slot.bytes bytes.
+  void set(const Slot& slot, const void* data);
+  std::vector<pt2rt::Tensor> take();
+
+ private:
+  const pt2rt::Spec& spec_;
+  size_t max_bytes_;
+  std::vector<std::optional<pt2rt::Tensor>> tensors_;
+};
+
+// The index of output `name` in the spec; BadRequest when it has none of that name.
+size_t output_index(const pt2rt::Spec& spec, const std::string& name);
+
 // Every <model>/<version>/model.pt2 under `dir`, loaded (a model that fails to load is kept, not ready, with its
 // error). Ordered by name, then version as a number.
 std::vector<std::unique_ptr<Model>> load_repository(const std::string& dir);

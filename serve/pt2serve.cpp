@@ -227,9 +227,7 @@ class Server {
       throw BadRequest("expected a JSON object with \"inputs\": [...]");
     }
     const auto& spec = m.spec();
-    std::map<std::string, size_t> index;
-    for (size_t i = 0; i < spec.inputs.size(); ++i) index[spec.inputs[i].name] = i;
-    std::vector<std::optional<pt2rt::Tensor>> inputs(spec.inputs.size());
+    RequestInputs inputs(spec, max_request_bytes_);
     size_t offset = json_size;
     for (const auto& in : body["inputs"]) {
       if (!in.is_object() || !in.contains("name") || !in["name"].is_string() || !in.contains("shape") ||
@@ -237,71 +235,45 @@ class Server {
         throw BadRequest("each input needs \"name\", \"shape\" and \"datatype\"");
       }
       const std::string name = in["name"];
-      const auto at = index.find(name);
-      if (at == index.end()) {
-        std::string have;
-        for (const auto& t : spec.inputs) have += (have.empty() ? "" : ", ") + t.name;
-        throw BadRequest("unknown input '" + name + "' (the model's inputs: " + have + ")");
-      }
-      if (inputs[at->second]) throw BadRequest("input '" + name + "' is given twice");
-      const auto& ts = spec.inputs[at->second];
-      const std::string datatype = in["datatype"];
-      if (datatype != datatype_name(ts.dtype)) {
-        throw BadRequest("input '" + name + "' has datatype " + datatype + ", the model expects " +
-                         datatype_name(ts.dtype));
-      }
       std::vector<int64_t> shape;
-      size_t count = 1;
       for (const auto& d : in["shape"]) {
-        if (!d.is_number_integer() || d.get<int64_t>() < 0) throw BadRequest("input '" + name + "': bad shape");
+        if (!d.is_number_integer()) throw BadRequest("input '" + name + "': its shape must be a list of integers");
         shape.push_back(d.get<int64_t>());
-        count *= static_cast<size_t>(d.get<int64_t>());
-        if (count * itemsize(ts.dtype) > max_request_bytes_) {
-          throw BadRequest("input '" + name + "' is larger than the request limit (--max-request-mb)");
-        }
       }
-      const size_t bytes = count * itemsize(ts.dtype);
-      std::vector<uint8_t> buffer(bytes);
+      const auto slot = inputs.check(name, in["datatype"], shape);
       const auto params = in.value("parameters", json::object());
       if (params.contains("binary_data_size")) {
         const auto size = params["binary_data_size"];
-        if (!size.is_number_unsigned() || size.get<size_t>() != bytes) {
-          throw BadRequest("input '" + name + "': binary_data_size must be " + std::to_string(bytes) +
+        if (!size.is_number_unsigned() || size.get<size_t>() != slot.bytes) {
+          throw BadRequest("input '" + name + "': binary_data_size must be " + std::to_string(slot.bytes) +
                            " for shape and datatype given");
         }
-        if (offset + bytes > req.body.size()) {
-          throw BadRequest("input '" + name + "': the body ends before its " + std::to_string(bytes) + " bytes");
+        if (slot.bytes > req.body.size() - offset) {
+          throw BadRequest("input '" + name + "': the body ends before its " + std::to_string(slot.bytes) + " bytes");
         }
-        std::memcpy(buffer.data(), req.body.data() + offset, bytes);
-        offset += bytes;
+        inputs.set(slot, req.body.data() + offset);
+        offset += slot.bytes;
       } else if (in.contains("data")) {
-        fill_from_json(in["data"], ts.dtype, buffer.data(), count, name);
+        std::vector<uint8_t> buffer(slot.bytes);
+        fill_from_json(in["data"], slot.dtype, buffer.data(), slot.count, name);
+        inputs.set(slot, buffer.data());
       } else {
         throw BadRequest("input '" + name + "' has neither \"data\" nor parameters.binary_data_size");
       }
-      inputs[at->second] = pt2rt::Tensor::copy_of(pt2rt::TensorView{buffer.data(), shape, ts.dtype});
     }
     if (offset != req.body.size()) {
       throw BadRequest("the body has " + std::to_string(req.body.size() - offset) + " bytes no input claims");
     }
-    std::vector<pt2rt::Tensor> ordered;
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      if (!inputs[i]) throw BadRequest("input '" + spec.inputs[i].name + "' is missing");
-      ordered.push_back(std::move(*inputs[i]));
-    }
 
-    auto outputs = m.infer(std::move(ordered));
+    auto outputs = m.infer(inputs.take());
 
     // which outputs, and which as binary data
     const bool binary_default = body.value("parameters", json::object()).value("binary_data_output", false);
     std::vector<std::pair<size_t, bool>> wanted;
     if (body.contains("outputs") && body["outputs"].is_array()) {
       for (const auto& o : body["outputs"]) {
-        const std::string name = o.value("name", "");
-        size_t i = 0;
-        while (i < spec.outputs.size() && spec.outputs[i].name != name) ++i;
-        if (i == spec.outputs.size()) throw BadRequest("unknown output '" + name + "'");
-        wanted.emplace_back(i, o.value("parameters", json::object()).value("binary_data", binary_default));
+        wanted.emplace_back(output_index(spec, o.value("name", "")),
+                            o.value("parameters", json::object()).value("binary_data", binary_default));
       }
     } else {
       for (size_t i = 0; i < spec.outputs.size(); ++i) wanted.emplace_back(i, binary_default);

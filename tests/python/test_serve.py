@@ -355,6 +355,16 @@ def test_garbage_truncated_and_out_of_range_requests_are_400s(server, exported):
     status, body = _post(server, infer_path, json.dumps({"inputs": [{"name": "x", "shape": [1, 3, 32, 32],
                                                                       "datatype": "FP32", "data": [1, 2, 3]}]}).encode())
     assert status == 400 and "data has 3 elements, its shape 3072" in body["error"]
+    # a shape whose byte count overflows 64 bits (2^62 x 4 x 4 bytes) with an empty binary part: refused, not read
+    huge = json.dumps({"inputs": [{"name": "x", "shape": [2**62, 4], "datatype": "FP32",
+                                   "parameters": {"binary_data_size": 0}}]}).encode()
+    status, body = _post(server, infer_path, huge, {"Inference-Header-Content-Length": str(len(huge))})
+    assert status == 400 and "larger than the request limit" in body["error"]
+    inp = tritongrpc.InferInput("x", [2**62, 4], "FP32")
+    inp._raw_content = b""  # tritonclient would build the data; a hostile client sends none
+    with pytest.raises(InferenceServerException) as err:
+        server.grpc.infer("net", [inp])
+    assert err.value.status() == "StatusCode.INVALID_ARGUMENT" and "larger than the request limit" in err.value.message()
     # a form-encoded body (curl --data's default) past httplib's 8 KiB for those: said, not an empty 413
     status, body = _post(server, infer_path, header + x.tobytes(), {"Content-Type": "application/x-www-form-urlencoded"})
     assert status == 413 and "application/x-www-form-urlencoded" in body["error"]
