@@ -52,3 +52,5 @@ if [ ! -f "$CROSS_BUILD_DIR/CMakeCache.txt" ]; then
 fi
 log "cmake --build --preset $preset"
 (cd "$ROOT" && cmake --build --preset "$preset")
+torch_dir=$(sed -n 's/^Torch_DIR:PATH=//p' "$CROSS_BUILD_DIR/CMakeCache.txt")
+log "the aarch64 libtorch, for export --target linux-aarch64: PT2RT_TORCH_LINUX_AARCH64=$(cd "$torch_dir/../../.." && pwd)"
