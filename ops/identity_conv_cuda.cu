@@ -15,13 +15,6 @@ namespace my_ops {
 
 namespace {
 
-template <typename scalar_t>
-__global__ void copy_dense_kernel(const scalar_t* __restrict__ src, scalar_t* __restrict__ dst, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(blockDim.x) * gridDim.x) {
-    dst[i] = src[i];
-  }
-}
-
 struct Strides4 {
   int64_t s[4];
 };
@@ -49,15 +42,16 @@ at::Tensor identity_conv_cuda(const at::Tensor& x) {
   const int64_t n = x.numel();
   if (n == 0) return out;
   const auto stream = c10::cuda::getCurrentCUDAStream(x.device().index());
+  if (x.is_non_overlapping_and_dense() && out.strides() == x.strides()) {
+    // The copy engine's path, as clone() takes: an element-per-thread kernel reached 0.4-0.5x of it on an H200.
+    C10_CUDA_CHECK(cudaMemcpyAsync(out.mutable_data_ptr(), x.const_data_ptr(), x.nbytes(), cudaMemcpyDeviceToDevice,
+                                   stream));
+    return out;
+  }
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "identity_conv_cuda", [&] {
-    if (x.is_non_overlapping_and_dense() && out.strides() == x.strides()) {
-      copy_dense_kernel<scalar_t><<<cuda_blocks_for(n), kCudaThreads, 0, stream>>>(
-          x.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), n);
-    } else {
-      copy_strided_kernel<scalar_t><<<cuda_blocks_for(n), kCudaThreads, 0, stream>>>(
-          x.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), x.size(1), x.size(2), x.size(3),
-          strides_of(x), strides_of(out), n);
-    }
+    copy_strided_kernel<scalar_t><<<cuda_blocks_for(n), kCudaThreads, 0, stream>>>(
+        x.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), x.size(1), x.size(2), x.size(3),
+        strides_of(x), strides_of(out), n);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   return out;

@@ -5,7 +5,7 @@
 # exports a device="cuda" package, verifies it in Python, and runs it with pt2run (C++, no Python) - verify, run
 # compared with the eager model, bench. The runtime needs build/gpu-deps (scripts/gpu-deps.sh on the Conan machine,
 # carried along); without it that part is skipped and says so. Prints a summary; exit 1 when anything failed.
-#   scripts/gpu-check.sh            PYTHON=python3.12 scripts/gpu-check.sh
+#   scripts/gpu-check.sh            PYTHON=python3.12 scripts/gpu-check.sh      BENCH=0 scripts/gpu-check.sh (no benchmarks)
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PYTHON=${PYTHON:-python3}
@@ -36,13 +36,23 @@ cmake -S "$ROOT" -B "$BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -D
 cmake --build "$BUILD_DIR" -j "$(nproc)" >"$BUILD_DIR.build.log" 2>&1 \
   || { grep -E "error|Error" -A3 "$BUILD_DIR.build.log" | head -60; echo "gpu-check: build FAILED"; exit 1; }
 lib=$BUILD_DIR/lib/libidentity_conv_ops.so
-echo "gpu-check: built $lib in $(( $(date +%s) - start )) s"
+echo "gpu-check: built $lib in $(( $(date +%s) - start )) s with $(command -v "${CXX:-c++}")"
+# which C++ runtime and unwinder the library gets next to torch's (a mismatch crashes on the first thrown error)
+ldd "$lib" | grep -E 'libstdc\+\+|libgcc_s|libgomp' | sed 's/^\s*/gpu-check: ldd: /'
 
 cd "$ROOT"
-IDENTITY_CONV_OPS_LIBRARY=$lib PYTHONPATH=$ROOT "$PYTHON" -m pytest -q -p no:cacheprovider -m cuda \
-  tests/python 2>&1 | tail -25
-rc=${PIPESTATUS[0]}
-echo "gpu-check: CUDA tests $([ "$rc" -eq 0 ] && echo PASSED || echo FAILED) in $(( $(date +%s) - start )) s"
+# The op and class tests (ops/tests): the CUDA ones, then the CPU ones on this machine's CPU (another host class).
+grep -m1 'model name' /proc/cpuinfo; echo "cpu flags: $(grep -o -w 'avx2\|avx512[a-z_0-9]*\|amx[a-z_0-9]*' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+rc=0
+for marker in cuda "not cuda"; do
+  log=$BUILD_DIR.pytest-${marker// /-}.log
+  IDENTITY_CONV_OPS_LIBRARY=$lib PYTHONPATH=$ROOT:$ROOT/ops/python "$PYTHON" -m pytest -q -p no:cacheprovider \
+    -m "$marker" ops/tests >"$log" 2>&1
+  r=$?; [ "$r" -eq 0 ] || rc=1
+  # a crash: where (faulthandler's first frames), else the summary
+  if grep -q "^Fatal Python error" "$log"; then grep -A12 "^Fatal Python error" "$log"; else tail -8 "$log"; fi
+  echo "gpu-check: ops tests -m '$marker' $([ "$r" -eq 0 ] && echo PASSED || echo FAILED) in $(( $(date +%s) - start )) s"
+done
 
 # The whole path on the GPU: a device="cuda" package, verified in Python, then run by pt2run.
 step() {  # step NAME COMMAND...: runs it, prints its last lines and PASSED/FAILED
@@ -50,7 +60,7 @@ step() {  # step NAME COMMAND...: runs it, prints its last lines and PASSED/FAIL
   if out=$("$@" 2>&1); then echo "$out" | tail -6; echo "gpu-check: $name PASSED"
   else echo "$out" | tail -15; echo "gpu-check: $name FAILED"; rc=1; fi
 }
-export IDENTITY_CONV_OPS_LIBRARY=$lib PYTHONPATH=$ROOT
+export IDENTITY_CONV_OPS_LIBRARY=$lib PYTHONPATH=$ROOT:$ROOT/ops/python
 pkg=$BUILD_DIR.net_cuda.pt2
 step "export --device cuda" "$PYTHON" -m export_tools -q export --model export_tools.models:identity_conv_net \
   --out "$pkg" --device cuda --dynamic-batch 1:32
@@ -80,7 +90,8 @@ else
   rc=1
 fi
 # The CUDA kernel benchmarks (op vs device-to-device copy, class vs cuDNN), ratios for docs/performance.md.
-IDENTITY_CONV_OPS_LIBRARY=$lib PYTHONPATH=$ROOT "$PYTHON" benchmarks/kernels_torch.py --device cuda \
-  --json "$BUILD_DIR.bench-cuda.json" || rc=1
+[ "${BENCH:-1}" = 0 ] && { echo "gpu-check: done in $(( $(date +%s) - start )) s total (BENCH=0: no benchmarks)"; exit "$rc"; }
+"$PYTHON" benchmarks/kernels_torch.py --device cuda --json "$BUILD_DIR.bench-cuda.json" || rc=1
+"$PYTHON" benchmarks/kernels_torch.py --device cpu --min-run-time 0.2 --json "$BUILD_DIR.bench-cpu.json" || rc=1
 echo "gpu-check: done in $(( $(date +%s) - start )) s total"
 exit "$rc"
