@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# make bench: builds (Release), exports the example packages when missing, runs benchmarks/bench.py.
+# make bench: builds (Release), exports the example packages when missing, runs benchmarks/bench.py, then
+# benchmarks/serve_bench.py (pt2serve vs the KServe Python model server, in .venv-kserve; build/bench/serve).
 # Writes build/bench/report.json and build/bench/chart.png and prints the ratios. BENCH_ARGS=--quick for a
 # smoke run. Keep the machine otherwise idle: ratios are measured in one run, but noise still moves them.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -20,6 +21,20 @@ CONV_PACKAGE=$ROOT/build/models/conv_heavy_net.pt2
 export_if_missing "$PACKAGE" identity_conv_net --dynamic-batch 1:32
 export_if_missing "$OP_PACKAGE" identity_conv_op_only
 export_if_missing "$CONV_PACKAGE" conv_heavy_net --dynamic-batch 1:8
+# The serving benchmark's baseline: the KServe Python model server, in a venv of its own
+KSERVE_VENV=$ROOT/.venv-kserve
+if ! cmp -s "$ROOT/requirements/kserve.txt" "$KSERVE_VENV/.pt2rt-requirements" 2>/dev/null; then
+  log "pip install -r requirements/kserve.txt -> .venv-kserve"
+  rm -rf "$KSERVE_VENV"
+  python3 -m venv "$KSERVE_VENV"
+  "$KSERVE_VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$ROOT/requirements/kserve.txt"
+  cp "$ROOT/requirements/kserve.txt" "$KSERVE_VENV/.pt2rt-requirements"
+fi
 log "benchmarks -> build/bench"
 cd "$ROOT"
 "$PYTHON" benchmarks/bench.py --build "$BUILD_DIR" --package "$PACKAGE" --op-package "$OP_PACKAGE" --conv-package "$CONV_PACKAGE" --out "$ROOT/build/bench" ${BENCH_ARGS:-}
+case " ${BENCH_ARGS:-} " in *" --only "*) exit 0 ;; esac
+log "serving benchmark -> build/bench/serve"
+"$PYTHON" benchmarks/serve_bench.py --pt2serve "$BUILD_DIR/bin/pt2serve" --ops "$IDENTITY_CONV_OPS_LIBRARY" \
+  --package "$PACKAGE" --conv-package "$CONV_PACKAGE" --kserve-python "$KSERVE_VENV/bin/python" \
+  --out "$ROOT/build/bench/serve" $(case " ${BENCH_ARGS:-} " in *" --quick "*) echo "--seconds 1" ;; esac)

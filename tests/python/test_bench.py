@@ -59,3 +59,30 @@ def test_table_prints_every_measure(capsys):
     out = capsys.readouterr().out
     assert "[NOT MET] op bandwidth" in out and "[met    ] pt2run cold start" in out
     assert "op_only input [2, 3, 16, 16]: pt2run 0.004 ms" in out
+
+
+def _load(name):
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / f"{name}.py"
+    s = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(s)
+    s.loader.exec_module(module)
+    return module
+
+
+def test_serving_ratios_compare_the_same_package_at_the_same_concurrency():
+    serve_bench = _load("serve_bench")
+
+    def pt(server, config, package, clients, rps, p99):
+        return {"server": server, "config": config, "package": package, "concurrency": clients,
+                "requests_per_s": rps, "p99_ms": p99}
+
+    points = [pt("kserve", "default", "net", 16, 800.0, 20.0), pt("kserve", "default", "net", 4, 1.0, 1.0),
+              pt("pt2serve", "batching", "net", 16, 8000.0, 2.0), pt("pt2serve", "no batching", "net", 16, 4000.0, 5.0),
+              pt("pt2serve", "batching", "conv", 16, 300.0, 50.0), pt("pt2serve", "no batching", "conv", 16, 100.0, 90.0)]
+    r = serve_bench.ratios(points, 16)
+    assert r["net: pt2serve (batching) / kserve throughput"] == 10.0
+    assert r["net: pt2serve (batching) / kserve p99"] == 0.1
+    assert r["net: pt2serve (no batching) / kserve p99"] == 0.25
+    assert r["net: batching on / off throughput"] == 2.0
+    assert r["conv: batching on / off throughput"] == 3.0
+    assert not any(k.startswith("conv: pt2serve") for k in r)  # no KServe point for conv: no ratio made up

@@ -1,0 +1,222 @@
+"""Serving benchmark: pt2serve vs the KServe Python model server, and pt2serve's dynamic batching on vs off - the
+same run, the same client (benchmarks/serve_load.py), the same packages.
+
+    python benchmarks/serve_bench.py --pt2serve build/cpu-release/bin/pt2serve --ops .../libidentity_conv_ops.so \
+        --package build/models/identity_conv_net.pt2 --conv-package build/models/conv_heavy_net.pt2 \
+        --kserve-python .venv-kserve/bin/python --out build/bench/serve
+
+Each server is started alone (the other is stopped), loaded at 1, 4, 16 and 64 concurrent clients for --seconds
+each, one frame per request (binary tensor extension). The client (Python, ~10k requests/s per core at most) and the
+server run on disjoint CPUs - the client on the first quarter of this process's CPUs (at least one), each server
+on the rest with OMP_NUM_THREADS set to their number - so neither's tail latency is the other's scheduling. Writes report.json and chart.png under --out; prints the
+table and the ratios the issue's goals are about (pt2serve vs KServe at 16 clients; batching on vs off on the
+conv-heavy package at 16 clients). make bench runs it (scripts/bench.sh).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from serve_load import run_load  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+CONCURRENCY = [1, 4, 16, 64]
+# (model name in the repository, package key, config.json)
+PT2SERVE_MODELS = [
+    ("net", "net", {"max_batch_size": 16, "dynamic_batching": {"max_queue_delay_microseconds": 1000}}),
+    ("net_nobatch", "net", {"dynamic_batching": False}),
+    ("conv", "conv", {"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_microseconds": 2000}}),
+    ("conv_nobatch", "conv", {"dynamic_batching": False}),
+]
+SHAPES = {"net": [1, 3, 32, 32], "conv": [1, 3, 64, 64]}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """A server process, ready once GET /v2/health/ready answers 200; stopped with SIGTERM on exit."""
+
+    def __init__(self, name: str, argv: list[str], port: int, log: Path, cpus: set[int], env: dict):
+        self.name, self.port, self.log = name, port, log
+        self.proc = subprocess.Popen(argv, stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env,
+                                     preexec_fn=lambda: os.sched_setaffinity(0, cpus))
+        deadline = time.time() + 180
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{name} exited {self.proc.returncode}: {log.read_text()[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=5) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"{name} not ready after 180 s: {log.read_text()[-2000:]}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def __enter__(self) -> "Server":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def machine() -> dict:
+    info = Path("/proc/cpuinfo").read_text().splitlines()
+    cpu = next((ln.split(":", 1)[1].strip() for ln in info if ln.startswith("model name")), platform.processor())
+    flags = set(next((ln.split(":", 1)[1].split() for ln in info if ln.startswith("flags")), []))
+    isa = ", ".join(f for f in ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile") if f in flags)
+    return {"cpu": cpu, "isa": isa, "cores": os.cpu_count(), "python": platform.python_version()}
+
+
+def sweep(server: str, config: str, package: str, port: int, model: str, args, points: list) -> None:
+    for c in args.concurrency:
+        r = run_load("127.0.0.1", port, model, SHAPES[package], c, args.seconds)
+        r.update(server=server, config=config, package=package)
+        points.append(r)
+        print(f"  {server:8} {config:11} {package:4} clients {c:3}: {r['requests_per_s']:8.1f} req/s  "
+              f"p50 {r['p50_ms']} ms  p99 {r['p99_ms']} ms  failures {r['failures']}", flush=True)
+
+
+def point(points: list, server: str, config: str, package: str, clients: int) -> dict | None:
+    return next((p for p in points if (p["server"], p["config"], p["package"], p["concurrency"])
+                 == (server, config, package, clients)), None)
+
+
+def ratios(points: list, clients: int) -> dict:
+    out = {}
+    for package in ("net", "conv"):
+        ks = point(points, "kserve", "default", package, clients)
+        for config in ("batching", "no batching"):
+            ours = point(points, "pt2serve", config, package, clients)
+            if ks and ours and ks["requests_per_s"] and ks["p99_ms"]:
+                out[f"{package}: pt2serve ({config}) / kserve throughput"] = round(
+                    ours["requests_per_s"] / ks["requests_per_s"], 2)
+                out[f"{package}: pt2serve ({config}) / kserve p99"] = round(ours["p99_ms"] / ks["p99_ms"], 3)
+        on = point(points, "pt2serve", "batching", package, clients)
+        off = point(points, "pt2serve", "no batching", package, clients)
+        if on and off and off["requests_per_s"]:
+            out[f"{package}: batching on / off throughput"] = round(on["requests_per_s"] / off["requests_per_s"], 2)
+    return out
+
+
+def chart(points: list, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8))
+    for col, package in enumerate(("net", "conv")):
+        series = sorted({(p["server"], p["config"]) for p in points if p["package"] == package})
+        for server, config in series:
+            ps = sorted((p for p in points if (p["server"], p["config"], p["package"]) == (server, config, package)),
+                        key=lambda p: p["concurrency"])
+            xs = [p["concurrency"] for p in ps]
+            label = f"{server} ({config})"
+            axes[0][col].plot(xs, [p["requests_per_s"] for p in ps], marker="o", label=label)
+            axes[1][col].plot(xs, [p["p99_ms"] for p in ps], marker="o", label=label)
+        axes[0][col].set_title(f"{package}: throughput (requests/s)")
+        axes[1][col].set_title(f"{package}: p99 latency (ms)")
+        for ax in (axes[0][col], axes[1][col]):
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xticks(CONCURRENCY, [str(c) for c in CONCURRENCY])
+            ax.set_xlabel("concurrent clients")
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--pt2serve", type=Path, required=True)
+    p.add_argument("--ops", type=Path, required=True, help="the ops library the packages call")
+    p.add_argument("--package", type=Path, required=True, help="the example package (dynamic batch)")
+    p.add_argument("--conv-package", type=Path, required=True, help="the conv-heavy package (dynamic batch)")
+    p.add_argument("--kserve-python", type=Path, help="a Python with kserve and torch (none: pt2serve only)")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--seconds", type=float, default=5.0, help="per point")
+    p.add_argument("--concurrency", default=",".join(map(str, CONCURRENCY)))
+    args = p.parse_args()
+    args.concurrency = [int(c) for c in args.concurrency.split(",")]
+    for f in (args.pt2serve, args.ops, args.package, args.conv_package):
+        if not f.exists():
+            print(f"serve_bench: error: {f} is missing", file=sys.stderr)
+            return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        print("serve_bench: error: needs 2 CPUs or more (client and server apart)", file=sys.stderr)
+        return 2
+    n_client = max(1, len(cpus) // 4)
+    client_cpus, server_cpus = set(cpus[:n_client]), set(cpus[n_client:])
+    os.sched_setaffinity(0, client_cpus)
+    server_env = {**os.environ, "OMP_NUM_THREADS": str(len(server_cpus))}
+    packages = {"net": args.package.resolve(), "conv": args.conv_package.resolve()}
+    points: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="pt2rt-serve-bench-") as tmp:
+        repo = Path(tmp) / "models"
+        for name, package, config in PT2SERVE_MODELS:
+            (repo / name / "1").mkdir(parents=True)
+            shutil.copy(packages[package], repo / name / "1" / "model.pt2")
+            (repo / name / "config.json").write_text(json.dumps({**config, "ops_libraries": [str(args.ops.resolve())]}))
+        port = free_port()
+        print(f"serve_bench: pt2serve ({args.pt2serve})", flush=True)
+        with Server("pt2serve", [str(args.pt2serve), "--model-repository", str(repo), "--http-port", str(port),
+                                 "--grpc-port", "-1"], port, args.out / "pt2serve.log", server_cpus, server_env):
+            for name, package, config in PT2SERVE_MODELS:
+                sweep("pt2serve", "no batching" if name.endswith("_nobatch") else "batching", package, port, name,
+                      args, points)
+    if args.kserve_python:
+        env = {**server_env, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'ops' / 'python'}",
+               "IDENTITY_CONV_OPS_LIBRARY": str(args.ops.resolve())}
+        for package in ("net", "conv"):
+            port = free_port()
+            print(f"serve_bench: kserve ({package})", flush=True)
+            argv = [str(args.kserve_python), str(ROOT / "benchmarks" / "kserve_aoti.py"), "--model_name", package,
+                    "--package", str(packages[package]), "--http_port", str(port), "--grpc_port", str(free_port()),
+                    "--enable_grpc", "false", "--enable_latency_logging", "false"]
+            with Server("kserve", argv, port, args.out / f"kserve-{package}.log", server_cpus, env):
+                sweep("kserve", "default", package, port, package, args, points)
+    report = {"machine": machine(), "client_cpus": sorted(client_cpus), "server_cpus": sorted(server_cpus),
+              "seconds_per_point": args.seconds, "points": points,
+              "ratios_at_16_clients": ratios(points, 16)}
+    (args.out / "report.json").write_text(json.dumps(report, indent=1))
+    chart(points, args.out / "chart.png")
+    print(json.dumps(report["ratios_at_16_clients"], indent=1))
+    failed = sum(p["failures"] for p in points)
+    if failed:
+        print(f"serve_bench: {failed} requests failed (see the logs in {args.out})", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
