@@ -1,0 +1,275 @@
+// The C API (pt2rt_c.h) over the C++ one: every entry point catches everything and returns a status.
+#include "pt2rt/pt2rt_c.h"
+
+#include <exception>
+#include <new>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "pt2rt/pt2rt.h"
+
+struct pt2rt_runtime {
+  pt2rt::Runtime runtime;
+};
+
+struct pt2rt_tensor {
+  pt2rt::Tensor tensor;
+};
+
+namespace {
+
+thread_local std::string last_error;
+
+pt2rt_status fail(pt2rt_status status, std::string message) {
+  last_error = std::move(message);
+  return status;
+}
+
+pt2rt_status status_of(pt2rt::ErrorCode code) {
+  switch (code) {
+    case pt2rt::ErrorCode::Usage: return PT2RT_ERROR_USAGE;
+    case pt2rt::ErrorCode::Package: return PT2RT_ERROR_PACKAGE;
+    case pt2rt::ErrorCode::OpsLibrary: return PT2RT_ERROR_OPS_LIBRARY;
+    case pt2rt::ErrorCode::Input: return PT2RT_ERROR_INPUT;
+    case pt2rt::ErrorCode::IO: return PT2RT_ERROR_IO;
+    case pt2rt::ErrorCode::Runtime: return PT2RT_ERROR_RUNTIME;
+  }
+  return PT2RT_ERROR_RUNTIME;
+}
+
+// Runs `body` (returning a status), turning every exception into a status and this thread's message.
+template <typename F>
+pt2rt_status guarded(const char* function, F&& body) noexcept {
+  try {
+    return body();
+  } catch (const pt2rt::Error& e) {
+    return fail(status_of(e.code()), e.what());
+  } catch (const std::bad_alloc&) {
+    return fail(PT2RT_ERROR_RUNTIME, std::string(function) + ": out of memory");
+  } catch (const std::exception& e) {
+    return fail(PT2RT_ERROR_RUNTIME, std::string(function) + ": " + e.what());
+  } catch (...) {
+    return fail(PT2RT_ERROR_RUNTIME, std::string(function) + ": unknown error");
+  }
+}
+
+constexpr pt2rt::DType kDTypes[] = {
+    pt2rt::DType::Float32, pt2rt::DType::Float64, pt2rt::DType::Float16, pt2rt::DType::BFloat16,
+    pt2rt::DType::Int64,   pt2rt::DType::Int32,   pt2rt::DType::Int16,   pt2rt::DType::Int8,
+    pt2rt::DType::UInt8,   pt2rt::DType::Bool,
+};
+constexpr int kNumDTypes = sizeof(kDTypes) / sizeof(kDTypes[0]);
+
+bool valid(pt2rt_dtype d) { return static_cast<int>(d) >= 0 && static_cast<int>(d) < kNumDTypes; }
+
+pt2rt_dtype to_c(pt2rt::DType d) {
+  for (int i = 0; i < kNumDTypes; ++i)
+    if (kDTypes[i] == d) return static_cast<pt2rt_dtype>(i);
+  return PT2RT_FLOAT32;  // unreachable: every DType is in the table
+}
+
+pt2rt_status tensor_spec(const pt2rt_runtime* rt, size_t index, bool input, const char** name, pt2rt_dtype* dtype,
+                         const int64_t** shape, size_t* ndim) {
+  const char* function = input ? "pt2rt_input_spec" : "pt2rt_output_spec";
+  if (rt == nullptr) return fail(PT2RT_ERROR_USAGE, std::string(function) + ": runtime is NULL");
+  const auto& specs = input ? rt->runtime.spec().inputs : rt->runtime.spec().outputs;
+  if (index >= specs.size())
+    return fail(PT2RT_ERROR_USAGE, std::string(function) + ": index " + std::to_string(index) +
+                                       " is out of range (the package has " + std::to_string(specs.size()) + ")");
+  const pt2rt::TensorSpec& s = specs[index];
+  if (name) *name = s.name.c_str();
+  if (dtype) *dtype = to_c(s.dtype);
+  if (shape) *shape = s.shape.data();
+  if (ndim) *ndim = s.shape.size();
+  return PT2RT_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* pt2rt_last_error(void) { return last_error.c_str(); }
+
+const char* pt2rt_status_name(pt2rt_status status) {
+  switch (status) {
+    case PT2RT_OK: return "ok";
+    case PT2RT_ERROR_USAGE: return "usage";
+    case PT2RT_ERROR_PACKAGE: return "package";
+    case PT2RT_ERROR_OPS_LIBRARY: return "ops_library";
+    case PT2RT_ERROR_INPUT: return "input";
+    case PT2RT_ERROR_IO: return "io";
+    case PT2RT_ERROR_RUNTIME: return "runtime";
+  }
+  return "unknown";
+}
+
+const char* pt2rt_version(void) { return pt2rt::version(); }
+
+uint32_t pt2rt_c_api_version(void) { return PT2RT_C_API_VERSION; }
+
+pt2rt_status pt2rt_check_c_api_version(uint32_t header_version) {
+  if (header_version == PT2RT_C_API_VERSION) return PT2RT_OK;
+  return fail(PT2RT_ERROR_USAGE, "pt2rt_check_c_api_version: the program was built for C API version " +
+                                     std::to_string(header_version) + ", this libpt2rt.so (" + pt2rt::version() +
+                                     ") speaks version " + std::to_string(PT2RT_C_API_VERSION));
+}
+
+const char* pt2rt_dtype_name(pt2rt_dtype dtype) { return valid(dtype) ? pt2rt::dtype_name(kDTypes[dtype]) : nullptr; }
+
+size_t pt2rt_dtype_size(pt2rt_dtype dtype) { return valid(dtype) ? pt2rt::dtype_size(kDTypes[dtype]) : 0; }
+
+pt2rt_status pt2rt_load(const char* package_path, const char* const* ops_libraries, size_t n_ops_libraries,
+                        int num_runners, pt2rt_runtime** out) {
+  return guarded("pt2rt_load", [&] {
+    if (out == nullptr) return fail(PT2RT_ERROR_USAGE, "pt2rt_load: out is NULL (expected a pt2rt_runtime**)");
+    *out = nullptr;
+    if (package_path == nullptr) return fail(PT2RT_ERROR_USAGE, "pt2rt_load: package_path is NULL");
+    if (n_ops_libraries > 0 && ops_libraries == nullptr)
+      return fail(PT2RT_ERROR_USAGE, "pt2rt_load: ops_libraries is NULL but n_ops_libraries is " +
+                                         std::to_string(n_ops_libraries));
+    if (num_runners < 0)
+      return fail(PT2RT_ERROR_USAGE,
+                  "pt2rt_load: num_runners is " + std::to_string(num_runners) + ", expected >= 1 (or 0: 1)");
+    pt2rt::Options options;
+    options.num_runners = num_runners == 0 ? 1 : num_runners;
+    for (size_t i = 0; i < n_ops_libraries; ++i) {
+      if (ops_libraries[i] == nullptr)
+        return fail(PT2RT_ERROR_USAGE, "pt2rt_load: ops_libraries[" + std::to_string(i) + "] is NULL");
+      options.ops_libraries.emplace_back(ops_libraries[i]);
+    }
+    *out = new pt2rt_runtime{pt2rt::Runtime::load(package_path, options)};
+    return PT2RT_OK;
+  });
+}
+
+void pt2rt_runtime_free(pt2rt_runtime* runtime) { delete runtime; }
+
+pt2rt_status pt2rt_run(const pt2rt_runtime* runtime, const pt2rt_tensor_view* inputs, size_t n_inputs,
+                       pt2rt_tensor** outputs, size_t outputs_capacity, size_t* n_outputs) {
+  return guarded("pt2rt_run", [&] {
+    if (runtime == nullptr) return fail(PT2RT_ERROR_USAGE, "pt2rt_run: runtime is NULL");
+    if (n_outputs == nullptr) return fail(PT2RT_ERROR_USAGE, "pt2rt_run: n_outputs is NULL (expected a size_t*)");
+    *n_outputs = 0;
+    if (n_inputs > 0 && inputs == nullptr)
+      return fail(PT2RT_ERROR_USAGE, "pt2rt_run: inputs is NULL but n_inputs is " + std::to_string(n_inputs));
+    const pt2rt::Spec& spec = runtime->runtime.spec();
+    if (outputs_capacity < spec.outputs.size()) {
+      *n_outputs = spec.outputs.size();
+      return fail(PT2RT_ERROR_USAGE, "pt2rt_run: outputs_capacity is " + std::to_string(outputs_capacity) +
+                                         ", the package has " + std::to_string(spec.outputs.size()) + " outputs");
+    }
+    if (outputs == nullptr) return fail(PT2RT_ERROR_USAGE, "pt2rt_run: outputs is NULL");
+    const bool cuda = spec.device == pt2rt::Device::CUDA;
+    std::vector<pt2rt::TensorView> views;
+    std::vector<pt2rt::Tensor> on_device;  // CUDA packages: the inputs copied to the GPU, alive during run
+    views.reserve(n_inputs);
+    for (size_t i = 0; i < n_inputs; ++i) {
+      const pt2rt_tensor_view& v = inputs[i];
+      const std::string who = "pt2rt_run: inputs[" + std::to_string(i) + "]";
+      if (v.ndim > 0 && v.shape == nullptr)
+        return fail(PT2RT_ERROR_USAGE, who + ".shape is NULL but ndim is " + std::to_string(v.ndim));
+      if (!valid(v.dtype))
+        return fail(PT2RT_ERROR_USAGE, who + ".dtype is " + std::to_string(static_cast<int>(v.dtype)) +
+                                           ", not a pt2rt_dtype");
+      pt2rt::TensorView view{v.data, std::vector<int64_t>(v.shape, v.shape + v.ndim), kDTypes[v.dtype]};
+      if (cuda) {
+        on_device.push_back(pt2rt::Tensor::copy_of(view).to(pt2rt::Device::CUDA));
+        view = on_device.back().view();
+      }
+      views.push_back(std::move(view));
+    }
+    std::vector<pt2rt::Tensor> results = runtime->runtime.run(views);
+    std::vector<pt2rt_tensor*> owned;
+    owned.reserve(results.size());
+    try {
+      for (auto& r : results) owned.push_back(new pt2rt_tensor{cuda ? r.to_cpu() : std::move(r)});
+    } catch (...) {
+      for (auto* t : owned) delete t;
+      throw;
+    }
+    for (size_t i = 0; i < owned.size(); ++i) outputs[i] = owned[i];
+    *n_outputs = owned.size();
+    return PT2RT_OK;
+  });
+}
+
+size_t pt2rt_num_inputs(const pt2rt_runtime* runtime) {
+  return runtime ? runtime->runtime.spec().inputs.size() : 0;
+}
+
+size_t pt2rt_num_outputs(const pt2rt_runtime* runtime) {
+  return runtime ? runtime->runtime.spec().outputs.size() : 0;
+}
+
+pt2rt_status pt2rt_input_spec(const pt2rt_runtime* runtime, size_t index, const char** name, pt2rt_dtype* dtype,
+                              const int64_t** shape, size_t* ndim) {
+  return guarded("pt2rt_input_spec", [&] { return tensor_spec(runtime, index, true, name, dtype, shape, ndim); });
+}
+
+pt2rt_status pt2rt_output_spec(const pt2rt_runtime* runtime, size_t index, const char** name, pt2rt_dtype* dtype,
+                               const int64_t** shape, size_t* ndim) {
+  return guarded("pt2rt_output_spec", [&] { return tensor_spec(runtime, index, false, name, dtype, shape, ndim); });
+}
+
+pt2rt_status pt2rt_input_dim_range(const pt2rt_runtime* runtime, size_t index, size_t dim, int64_t* min,
+                                   int64_t* max) {
+  return guarded("pt2rt_input_dim_range", [&] {
+    if (runtime == nullptr) return fail(PT2RT_ERROR_USAGE, "pt2rt_input_dim_range: runtime is NULL");
+    const auto& inputs = runtime->runtime.spec().inputs;
+    if (index >= inputs.size())
+      return fail(PT2RT_ERROR_USAGE, "pt2rt_input_dim_range: index " + std::to_string(index) +
+                                         " is out of range (the package has " + std::to_string(inputs.size()) + ")");
+    const pt2rt::TensorSpec& s = inputs[index];
+    if (dim >= s.shape.size())
+      return fail(PT2RT_ERROR_USAGE, "pt2rt_input_dim_range: input " + s.name + " has " +
+                                         std::to_string(s.shape.size()) + " dims, no dim " + std::to_string(dim));
+    int64_t lo = s.shape[dim], hi = s.shape[dim];
+    for (const auto& d : s.dynamic_dims) {
+      if (static_cast<size_t>(d.dim) != dim) continue;
+      if (d.of.empty()) {
+        lo = d.min;
+        hi = d.max ? *d.max : -1;
+      } else {  // derived: size = scale * <of> + offset, bounded by its source's range
+        lo = -1;
+        hi = -1;
+        for (const auto& src : s.dynamic_dims)
+          if (src.name == d.of && src.of.empty()) {
+            lo = d.scale * src.min + d.offset;
+            hi = src.max ? d.scale * *src.max + d.offset : -1;
+          }
+      }
+    }
+    if (min) *min = lo;
+    if (max) *max = hi;
+    return PT2RT_OK;
+  });
+}
+
+const void* pt2rt_tensor_data(const pt2rt_tensor* tensor) { return tensor ? tensor->tensor.data() : nullptr; }
+
+size_t pt2rt_tensor_ndim(const pt2rt_tensor* tensor) { return tensor ? tensor->tensor.shape().size() : 0; }
+
+const int64_t* pt2rt_tensor_shape(const pt2rt_tensor* tensor) {
+  return tensor ? tensor->tensor.shape().data() : nullptr;
+}
+
+pt2rt_dtype pt2rt_tensor_dtype(const pt2rt_tensor* tensor) {
+  return tensor ? to_c(tensor->tensor.dtype()) : PT2RT_FLOAT32;
+}
+
+size_t pt2rt_tensor_nbytes(const pt2rt_tensor* tensor) { return tensor ? tensor->tensor.nbytes() : 0; }
+
+void pt2rt_tensor_free(pt2rt_tensor* tensor) { delete tensor; }
+
+pt2rt_status pt2rt_set_num_threads(int threads) {
+  return guarded("pt2rt_set_num_threads", [&] {
+    if (threads <= 0)
+      return fail(PT2RT_ERROR_USAGE, "pt2rt_set_num_threads: threads is " + std::to_string(threads) +
+                                         ", expected >= 1");
+    pt2rt::set_num_threads(threads);
+    return PT2RT_OK;
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The C API's consumers against the installed bundle: the C test (-std=c99 -pedantic -Werror), a clang + libc++
+# program running the model from 4 threads, and the C# binding under Mono. Each prints the checksum of 60 frames of
+# the example model, compared here with the eager model's (Python).
+#   consumers_test.sh BUILD_DIR SOURCE_DIR PACKAGES_DIR PYTHON
+set -euo pipefail
+build=$1 src=$2 packages=$3 python=$4
+work=$build/c-api-test
+rm -rf "$work"
+mkdir -p "$work"
+cmake --install "$build" --prefix "$work/bundle" >/dev/null
+cmake --install "$build" --prefix "$work/bundle" --component bundle >/dev/null
+b=$work/bundle
+ops=$b/lib/libidentity_conv_ops.so
+checksums=()
+checksum_of() { sed -n 's/^checksum \([-0-9.e+]*\)$/\1/p' <<<"$1"; }
+
+echo "== C99: cc -std=c99 -Wall -Wextra -Werror -pedantic"
+cc -std=c99 -Wall -Wextra -Werror -pedantic -I"$b/include" "$src/tests/c_api/test_c_api.c" -o "$work/test_c_api" \
+  -L"$b/lib" -lpt2rt -lm -Wl,-rpath,"$b/lib"
+out=$(env -i "$work/test_c_api" "$packages" "$ops")
+echo "$out"
+checksums+=("C:$(checksum_of "$out")")
+
+echo "== C++ with clang and libc++: clang++ -stdlib=libc++, the C header only, 4 threads"
+clang++ -std=c++17 -stdlib=libc++ -Wall -Wextra -Werror -pthread -I"$b/include" \
+  "$src/tests/c_api/libcxx_consumer.cpp" -o "$work/libcxx_consumer" -L"$b/lib" -lpt2rt -Wl,-rpath,"$b/lib"
+needed=$(readelf -d "$work/libcxx_consumer" | grep NEEDED)
+grep -q 'libc++.so' <<<"$needed" || { echo "libcxx_consumer does not use libc++: $needed" >&2; exit 1; }
+if grep -q 'libstdc++' <<<"$needed"; then echo "libcxx_consumer links libstdc++ itself: $needed" >&2; exit 1; fi
+out=$(env -i "$work/libcxx_consumer" "$packages" "$ops")
+echo "$out"
+checksums+=("libc++:$(checksum_of "$out")")
+
+echo "== C# under Mono: bindings/csharp/Pt2rt.cs"
+mcs -warnaserror -nologo -out:"$work/TestPt2rt.exe" "$src/bindings/csharp/Pt2rt.cs" "$src/tests/c_api/csharp/TestPt2rt.cs"
+out=$(env -i HOME="$work" LD_LIBRARY_PATH="$b/lib" "$(command -v mono)" "$work/TestPt2rt.exe" "$packages" "$ops")
+echo "$out"
+checksums+=("C#:$(checksum_of "$out")")
+
+# The same 60 frames (batch 1, sin(0.001 * (i + frame))) through the eager model.
+PYTHONPATH=$src IDENTITY_CONV_OPS_LIBRARY=$ops "$python" - "${checksums[@]}" <<'PY'
+import sys, torch
+from export_tools import models
+model, _ = models.identity_conv_net()
+total = 0.0
+with torch.no_grad():
+    for f in range(60):
+        x = torch.sin(0.001 * (torch.arange(3 * 32 * 32, dtype=torch.float32) + f)).reshape(1, 3, 32, 32)
+        total += model(x).double().sum().item()
+for entry in sys.argv[1:]:
+    who, _, value = entry.partition(":")
+    assert value, f"{who}: no checksum printed"
+    got = float(value)
+    assert abs(got - total) <= 1e-4 * max(1.0, abs(total)), f"{who}: checksum {got} != eager {total}"
+    print(f"{who}: checksum {got:.9g} equals the eager model's {total:.9g}")
+PY
+rm -rf "$work"

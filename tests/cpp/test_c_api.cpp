@@ -1,0 +1,90 @@
+// The C API in the gtest binary, so the sanitizer and TSan builds cover it too (tests/c_api/ has the C, libc++ and
+// C# consumers): statuses, per-thread errors, every error path freeing what it made, concurrent runs.
+#include <pt2rt/pt2rt_c.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+const std::string kPackages = PT2RT_TEST_PACKAGES;
+const char* kOps = IDENTITY_CONV_OPS_LIBRARY;
+
+pt2rt_runtime* load(const std::string& name, int runners = 1) {
+  pt2rt_runtime* rt = nullptr;
+  EXPECT_EQ(pt2rt_load((kPackages + "/" + name).c_str(), &kOps, 1, runners, &rt), PT2RT_OK) << pt2rt_last_error();
+  return rt;
+}
+
+}  // namespace
+
+TEST(CApi, ErrorsAreStatusesWithThisThreadsMessage) {
+  pt2rt_runtime* rt = nullptr;
+  EXPECT_EQ(pt2rt_load((kPackages + "/no-such.pt2").c_str(), &kOps, 1, 0, &rt), PT2RT_ERROR_PACKAGE);
+  EXPECT_EQ(rt, nullptr);
+  const std::string message = pt2rt_last_error();
+  EXPECT_NE(message.find("no-such.pt2"), std::string::npos) << message;
+  std::string other;
+  std::thread([&] { other = pt2rt_last_error(); }).join();
+  EXPECT_EQ(other, "");  // another thread's message is its own
+  EXPECT_EQ(pt2rt_load(nullptr, nullptr, 0, 0, &rt), PT2RT_ERROR_USAGE);
+  EXPECT_EQ(pt2rt_check_c_api_version(PT2RT_C_API_VERSION), PT2RT_OK);
+  EXPECT_EQ(pt2rt_check_c_api_version(0), PT2RT_ERROR_USAGE);
+}
+
+TEST(CApi, RunsReturnOwnedOutputsAndBadInputsAreInputErrors) {
+  pt2rt_runtime* rt = load("op_static.pt2");
+  ASSERT_NE(rt, nullptr);
+  const int64_t* shape = nullptr;
+  size_t ndim = 0;
+  ASSERT_EQ(pt2rt_input_spec(rt, 0, nullptr, nullptr, &shape, &ndim), PT2RT_OK);
+  size_t numel = 1;
+  for (size_t i = 0; i < ndim; ++i) numel *= static_cast<size_t>(shape[i]);
+  std::vector<float> x(numel);
+  for (size_t i = 0; i < numel; ++i) x[i] = static_cast<float>(i) - 3.5f;
+  pt2rt_tensor_view in{x.data(), shape, ndim, PT2RT_FLOAT32};
+  pt2rt_tensor* out = nullptr;
+  size_t n = 0;
+  ASSERT_EQ(pt2rt_run(rt, &in, 1, &out, 1, &n), PT2RT_OK) << pt2rt_last_error();
+  ASSERT_EQ(n, 1u);
+  EXPECT_EQ(std::memcmp(pt2rt_tensor_data(out), x.data(), numel * sizeof(float)), 0);
+  pt2rt_tensor_free(out);
+
+  std::vector<int64_t> bad(shape, shape + ndim);
+  bad[0] += 1;
+  in.shape = bad.data();
+  EXPECT_EQ(pt2rt_run(rt, &in, 1, &out, 1, &n), PT2RT_ERROR_INPUT);
+  EXPECT_EQ(n, 0u);
+  EXPECT_GT(std::strlen(pt2rt_last_error()), 0u);
+  in.shape = shape;
+  in.dtype = static_cast<pt2rt_dtype>(-1);
+  EXPECT_EQ(pt2rt_run(rt, &in, 1, &out, 1, &n), PT2RT_ERROR_USAGE);
+  pt2rt_runtime_free(rt);
+}
+
+TEST(CApi, ConcurrentRunsOnOneRuntime) {
+  pt2rt_runtime* rt = load("net_dynamic.pt2", 2);
+  ASSERT_NE(rt, nullptr);
+  const int64_t shape[4] = {2, 3, 32, 32};
+  std::vector<float> x(2 * 3 * 32 * 32, 0.5f);
+  const pt2rt_tensor_view in{x.data(), shape, 4, PT2RT_FLOAT32};
+  std::atomic<int> failed{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t)
+    threads.emplace_back([&] {
+      for (int i = 0; i < 10; ++i) {
+        pt2rt_tensor* out = nullptr;
+        size_t n = 0;
+        if (pt2rt_run(rt, &in, 1, &out, 1, &n) != PT2RT_OK || n != 1 || pt2rt_tensor_shape(out)[0] != 2) ++failed;
+        pt2rt_tensor_free(out);
+      }
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failed.load(), 0);
+  pt2rt_runtime_free(rt);
+}
