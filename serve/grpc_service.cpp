@@ -72,7 +72,7 @@ class Service final : public inference::GRPCInferenceService::Service {
     return Status::OK;
   }
   Status ModelReady(ServerContext*, const inference::ModelReadyRequest* q, inference::ModelReadyResponse* r) override {
-    return guarded([&] { r->set_ready(registry_.find(q->name(), q->version(), false).ready()); });
+    return guarded([&] { r->set_ready(registry_.find(q->name(), q->version(), false)->ready()); });
   }
   Status ServerMetadata(ServerContext*, const inference::ServerMetadataRequest*,
                         inference::ServerMetadataResponse* r) override {
@@ -84,7 +84,8 @@ class Service final : public inference::GRPCInferenceService::Service {
   Status ModelMetadata(ServerContext*, const inference::ModelMetadataRequest* q,
                        inference::ModelMetadataResponse* r) override {
     return guarded([&] {
-      Model& m = registry_.find(q->name(), q->version(), true);
+      const ModelPtr mp = registry_.find(q->name(), q->version(), true);
+      const Model& m = *mp;
       r->set_name(m.name());
       for (const auto& v : registry_.versions(m.name())) r->add_versions(v);
       r->set_platform("pt2rt");
@@ -98,9 +99,9 @@ class Service final : public inference::GRPCInferenceService::Service {
     });
   }
   Status ModelInfer(ServerContext*, const inference::ModelInferRequest* q, inference::ModelInferResponse* r) override {
-    Model* model = nullptr;
+    ModelPtr model;
     const Status status = guarded([&] {
-      model = &registry_.find(q->model_name(), q->model_version(), true);
+      model = registry_.find(q->model_name(), q->model_version(), true);
       model->stats().requests++;
       infer(*model, *q, r);
     });

@@ -1,6 +1,7 @@
 #include "model.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -278,35 +279,112 @@ void Model::run_batch(std::vector<std::unique_ptr<Pending>>& batch) {
   }
 }
 
-Registry::Registry(std::vector<std::unique_ptr<Model>> models) : models_(std::move(models)) {
-  for (auto& m : models_) by_name_[m->name()][std::stol(m->version())] = m.get();
+Registry::Registry(std::string dir, std::vector<ModelPtr> models) : dir_(std::move(dir)) {
+  for (auto& m : models) by_name_[m->name()][std::stol(m->version())] = m;
 }
 
-Model& Registry::find(const std::string& name, const std::string& version, bool need_ready) const {
-  const auto it = by_name_.find(name);
-  if (it == by_name_.end()) throw NotFound("unknown model '" + name + "'");
-  Model* m = nullptr;
-  if (version.empty()) {
-    m = it->second.rbegin()->second;
-  } else {
-    for (const auto& [number, model] : it->second) {
-      if (model->version() == version) m = model;
+ModelPtr Registry::find(const std::string& name, const std::string& version, bool need_ready) const {
+  ModelPtr m;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto it = by_name_.find(name);
+    if (it == by_name_.end()) throw NotFound("unknown model '" + name + "'");
+    if (version.empty()) {  // the highest ready version; the highest when none is ready (for its error)
+      m = it->second.rbegin()->second;
+      for (auto v = it->second.rbegin(); v != it->second.rend(); ++v) {
+        if (v->second->ready()) {
+          m = v->second;
+          break;
+        }
+      }
+    } else {
+      for (const auto& [number, model] : it->second) {
+        if (model->version() == version) m = model;
+      }
+      if (!m) throw NotFound("model '" + name + "' has no version '" + version + "'");
     }
-    if (!m) throw NotFound("model '" + name + "' has no version '" + version + "'");
   }
   if (need_ready && !m->ready()) {
     throw Unavailable("model " + m->name() + " version " + m->version() + " is not ready: " + m->load_error());
   }
-  return *m;
+  return m;
 }
 
 std::vector<std::string> Registry::versions(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::string> out;
   const auto it = by_name_.find(name);
   if (it != by_name_.end()) {
     for (const auto& [number, model] : it->second) out.push_back(model->version());
   }
   return out;
+}
+
+std::vector<ModelPtr> Registry::models() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<ModelPtr> out;
+  for (const auto& [name, versions] : by_name_) {
+    for (const auto& [number, model] : versions) out.push_back(model);
+  }
+  return out;
+}
+
+namespace {
+// A model name from a request is used as a folder name under the repository: a plain name only.
+void check_model_name(const std::string& name) {
+  const bool plain = !name.empty() && name.size() <= 255 && name != "." && name != ".." &&
+                     std::all_of(name.begin(), name.end(), [](unsigned char c) {
+                       return std::isalnum(c) || c == '_' || c == '-' || c == '.';
+                     });
+  if (!plain) {
+    throw BadRequest("model name '" + name + "' is not a folder name of the repository (expected letters, digits, " +
+                     "'_', '-', '.')");
+  }
+}
+std::vector<ModelPtr> load_model_dir(const fs::path& m);
+}  // namespace
+
+void Registry::load(const std::string& name) {
+  check_model_name(name);
+  std::lock_guard<std::mutex> serial(load_mu_);
+  const fs::path folder = fs::path(dir_) / name;
+  if (!fs::is_directory(folder)) throw NotFound("the model repository has no folder '" + name + "'");
+  std::vector<ModelPtr> loaded = load_model_dir(folder);
+  std::map<long, ModelPtr> versions;
+  std::string errors;
+  for (auto& m : loaded) {
+    if (!m->ready()) errors += (errors.empty() ? "" : "; ") + ("version " + m->version() + ": " + m->load_error());
+    versions[std::stol(m->version())] = m;
+  }
+  const bool any_ready = std::any_of(loaded.begin(), loaded.end(), [](const ModelPtr& m) { return m->ready(); });
+  if (!any_ready) {
+    throw BadRequest("model '" + name + "' not loaded (" +
+                     (loaded.empty() ? std::string("no <version>/model.pt2 in its folder") : errors) +
+                     "); the versions served before serve on");
+  }
+  std::map<long, ModelPtr> old;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& slot = by_name_[name];
+    old.swap(slot);
+    slot = std::move(versions);
+  }
+  log("info", "model (re)loaded", {{"model", name}, {"versions", std::to_string(loaded.size())},
+                                   {"replaced", std::to_string(old.size())}});
+  // `old` goes out of scope here; requests still running on those models keep them until they finish
+}
+
+void Registry::unload(const std::string& name) {
+  std::lock_guard<std::mutex> serial(load_mu_);
+  std::map<long, ModelPtr> old;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto it = by_name_.find(name);
+    if (it == by_name_.end()) throw NotFound("unknown model '" + name + "'");
+    old.swap(it->second);
+    by_name_.erase(it);
+  }
+  log("info", "model unloaded", {{"model", name}, {"versions", std::to_string(old.size())}});
 }
 
 namespace {
@@ -378,49 +456,57 @@ size_t output_index(const pt2rt::Spec& spec, const std::string& name) {
   throw BadRequest("unknown output '" + name + "'");
 }
 
-std::vector<std::unique_ptr<Model>> load_repository(const std::string& dir) {
+namespace {
+std::vector<ModelPtr> load_model_dir(const fs::path& m) {
+  ModelConfig config;
+  std::string config_error;
+  try {
+    config = read_config((m / "config.json").string());
+  } catch (const std::exception& e) {
+    config_error = e.what();
+  }
+  std::vector<std::pair<long, fs::path>> versions;
+  for (const auto& e : fs::directory_iterator(m)) {
+    const std::string v = e.path().filename().string();
+    if (e.is_directory() && !v.empty() && v.size() < 10 && std::all_of(v.begin(), v.end(), ::isdigit) &&
+        fs::is_regular_file(e.path() / "model.pt2")) {
+      versions.emplace_back(std::stol(v), e.path());
+    }
+  }
+  std::sort(versions.begin(), versions.end());
+  if (versions.empty()) {
+    log("warning", "no <version>/model.pt2 in this model folder; skipped", {{"model", m.filename().string()}});
+  }
+  std::vector<ModelPtr> models;
+  for (const auto& [number, path] : versions) {
+    const auto start = std::chrono::steady_clock::now();
+    auto model = std::make_shared<Model>(m.filename().string(), std::to_string(number),
+                                         (path / "model.pt2").string(), config, config_error);
+    if (model->ready()) {
+      log("info", "model loaded", {{"model", model->name()}, {"version", model->version()},
+                                   {"variant", model->variant()}, {"batching", model->batching() ? "on" : "off"},
+                                   {"max_batch_size", std::to_string(model->max_batch_size())},
+                                   {"seconds", std::to_string(since_ns(start) / 1e9)}});
+    } else {
+      log("error", "model not loaded", {{"model", model->name()}, {"version", model->version()},
+                                        {"error", model->load_error()}});
+    }
+    models.push_back(std::move(model));
+  }
+  return models;
+}
+}  // namespace
+
+std::vector<ModelPtr> load_repository(const std::string& dir) {
   if (!fs::is_directory(dir)) throw std::runtime_error("model repository " + dir + " is not a directory");
   std::vector<fs::path> model_dirs;
   for (const auto& e : fs::directory_iterator(dir)) {
     if (e.is_directory()) model_dirs.push_back(e.path());
   }
   std::sort(model_dirs.begin(), model_dirs.end());
-  std::vector<std::unique_ptr<Model>> models;
+  std::vector<ModelPtr> models;
   for (const auto& m : model_dirs) {
-    ModelConfig config;
-    std::string config_error;
-    try {
-      config = read_config((m / "config.json").string());
-    } catch (const std::exception& e) {
-      config_error = e.what();
-    }
-    std::vector<std::pair<long, fs::path>> versions;
-    for (const auto& e : fs::directory_iterator(m)) {
-      const std::string v = e.path().filename().string();
-      if (e.is_directory() && !v.empty() && v.size() < 10 && std::all_of(v.begin(), v.end(), ::isdigit) &&
-          fs::is_regular_file(e.path() / "model.pt2")) {
-        versions.emplace_back(std::stol(v), e.path());
-      }
-    }
-    std::sort(versions.begin(), versions.end());
-    if (versions.empty()) {
-      log("warning", "no <version>/model.pt2 in this model folder; skipped", {{"model", m.filename().string()}});
-    }
-    for (const auto& [number, path] : versions) {
-      const auto start = std::chrono::steady_clock::now();
-      auto model = std::make_unique<Model>(m.filename().string(), std::to_string(number),
-                                           (path / "model.pt2").string(), config, config_error);
-      if (model->ready()) {
-        log("info", "model loaded", {{"model", model->name()}, {"version", model->version()},
-                                     {"variant", model->variant()}, {"batching", model->batching() ? "on" : "off"},
-                                     {"max_batch_size", std::to_string(model->max_batch_size())},
-                                     {"seconds", std::to_string(since_ns(start) / 1e9)}});
-      } else {
-        log("error", "model not loaded", {{"model", model->name()}, {"version", model->version()},
-                                          {"error", model->load_error()}});
-      }
-      models.push_back(std::move(model));
-    }
+    for (auto& model : load_model_dir(m)) models.push_back(std::move(model));
   }
   return models;
 }

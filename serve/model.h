@@ -103,17 +103,30 @@ struct NotFound : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// The loaded repository, looked up by name and version (the highest version when none is named).
+using ModelPtr = std::shared_ptr<Model>;
+
+// The loaded repository, looked up by name and version (the highest version when none is named). Lookups hand out
+// shared pointers: a request keeps the model it found until it is done, so load() and unload() can replace or
+// remove a model while requests run on it (the old one is freed, and its queue finished, by the last of them).
 class Registry {
  public:
-  explicit Registry(std::vector<std::unique_ptr<Model>> models);
-  Model& find(const std::string& name, const std::string& version, bool need_ready) const;
+  Registry(std::string dir, std::vector<ModelPtr> models);
+  ModelPtr find(const std::string& name, const std::string& version, bool need_ready) const;
   std::vector<std::string> versions(const std::string& name) const;
-  const std::vector<std::unique_ptr<Model>>& models() const { return models_; }
+  std::vector<ModelPtr> models() const;  // a snapshot
+  // Reads DIR/<name>/ again (config.json and every <version>/model.pt2) and serves what it holds instead of the
+  // model's current versions, once at least one new version is ready; otherwise the current ones serve on and
+  // this throws BadRequest with the load errors. NotFound when DIR has no such folder; BadRequest for a name that
+  // is not a plain folder name. One load or unload at a time.
+  void load(const std::string& name);
+  // Stops serving the model (NotFound when it is not served).
+  void unload(const std::string& name);
 
  private:
-  std::vector<std::unique_ptr<Model>> models_;
-  std::map<std::string, std::map<long, Model*>> by_name_;
+  std::string dir_;
+  mutable std::mutex mu_;
+  std::mutex load_mu_;
+  std::map<std::string, std::map<long, ModelPtr>> by_name_;
 };
 
 // The protocol's datatype names ("FP32", ...) and sizes.
@@ -149,6 +162,6 @@ size_t output_index(const pt2rt::Spec& spec, const std::string& name);
 
 // Every <model>/<version>/model.pt2 under `dir`, loaded (a model that fails to load is kept, not ready, with its
 // error). Ordered by name, then version as a number.
-std::vector<std::unique_ptr<Model>> load_repository(const std::string& dir);
+std::vector<ModelPtr> load_repository(const std::string& dir);
 
 }  // namespace pt2serve

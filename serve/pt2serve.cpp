@@ -37,11 +37,12 @@ json tensor_metadata(const pt2rt::TensorSpec& t) {
 
 class Server {
  public:
-  Server(const Registry& registry, size_t max_request_bytes) : registry_(registry), max_request_bytes_(max_request_bytes) {}
+  Server(Registry& registry, size_t max_request_bytes, bool model_control)
+      : registry_(registry), max_request_bytes_(max_request_bytes), model_control_(model_control) {}
 
   void routes(httplib::Server& svr) {
     svr.Get("/v2", [this](const httplib::Request&, httplib::Response& res) {
-      reply(res, 200, {{"name", "pt2serve"}, {"version", kVersion}, {"extensions", {"binary_tensor_data"}}});
+      reply(res, 200, {{"name", "pt2serve"}, {"version", kVersion}, {"extensions", {"binary_tensor_data", "model_repository"}}});
     });
     svr.Get("/v2/health/live", [](const httplib::Request&, httplib::Response& res) { res.status = 200; });
     svr.Get("/v2/health/ready", [](const httplib::Request&, httplib::Response& res) { res.status = 200; });
@@ -51,7 +52,7 @@ class Server {
     svr.Get(R"(/v2/models/([^/]+)(?:/versions/([^/]+))?/ready)", [this](const httplib::Request& req,
                                                                          httplib::Response& res) {
       handle(res, [&] {
-        Model* m = find(req, /*need_ready=*/false);
+        ModelPtr m = find(req, /*need_ready=*/false);
         res.status = 200;
         if (!m->ready()) reply(res, 400, {{"error", "model " + m->name() + " is not ready: " + m->load_error()}});
       });
@@ -59,6 +60,32 @@ class Server {
     svr.Post(R"(/v2/models/([^/]+)(?:/versions/([^/]+))?/infer)", [this](const httplib::Request& req,
                                                                           httplib::Response& res) {
       handle(res, [&] { infer(req, res); });
+    });
+    // Triton's model repository extension: the index, and (re)loading or unloading a model while serving
+    svr.Post("/v2/repository/index", [this](const httplib::Request&, httplib::Response& res) {
+      handle(res, [&] {
+        json index = json::array();
+        for (const auto& m : registry_.models()) {
+          json entry = {{"name", m->name()}, {"version", m->version()}, {"state", m->ready() ? "READY" : "UNAVAILABLE"}};
+          if (!m->ready()) entry["reason"] = m->load_error();
+          index.push_back(entry);
+        }
+        reply(res, 200, index);
+      });
+    });
+    svr.Post(R"(/v2/repository/models/([^/]+)/load)", [this](const httplib::Request& req, httplib::Response& res) {
+      handle(res, [&] {
+        check_model_control();
+        registry_.load(req.matches[1]);
+        reply(res, 200, json::object());
+      });
+    });
+    svr.Post(R"(/v2/repository/models/([^/]+)/unload)", [this](const httplib::Request& req, httplib::Response& res) {
+      handle(res, [&] {
+        check_model_control();
+        registry_.unload(req.matches[1]);
+        reply(res, 200, json::object());
+      });
     });
     svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       res.set_content(metrics(), "text/plain; version=0.0.4");
@@ -113,13 +140,13 @@ class Server {
   }
 
   // The model (and version: the highest when none is named) of a /v2/models/{m}[/versions/{v}] path.
-  Model* find(const httplib::Request& req, bool need_ready) {
+  ModelPtr find(const httplib::Request& req, bool need_ready) {
     const std::string version = req.matches.size() > 2 ? std::string(req.matches[2]) : "";
-    return &registry_.find(req.matches[1], version, need_ready);
+    return registry_.find(req.matches[1], version, need_ready);
   }
 
   void metadata(const httplib::Request& req, httplib::Response& res) {
-    Model* m = find(req, true);
+    ModelPtr m = find(req, true);
     json versions = registry_.versions(m->name());
     json inputs = json::array(), outputs = json::array();
     for (const auto& t : m->spec().inputs) inputs.push_back(tensor_metadata(t));
@@ -189,7 +216,7 @@ class Server {
   }
 
   void infer(const httplib::Request& req, httplib::Response& res) {
-    Model* m = find(req, true);
+    ModelPtr m = find(req, true);
     m->stats().requests++;
     try {
       infer_checked(*m, req, res);
@@ -343,8 +370,15 @@ class Server {
     return s;
   }
 
-  const Registry& registry_;
+  void check_model_control() const {
+    if (!model_control_) {
+      throw BadRequest("loading and unloading models is off: start pt2serve with --model-control-mode explicit");
+    }
+  }
+
+  Registry& registry_;
   size_t max_request_bytes_;
+  bool model_control_;
 };
 
 }  // namespace
@@ -356,6 +390,7 @@ int main(int argc, char** argv) {
   std::string repository, host = "127.0.0.1";
   int http_port = 8000, grpc_port = 8001, threads = 64;
   double max_request_mb = 64, shutdown_seconds = 30;
+  std::string model_control = "none";
   app.add_option("--model-repository", repository, "DIR/<model>/<version>/model.pt2 (+ DIR/<model>/config.json)")
       ->required();
   app.add_option("--http-port", http_port, "HTTP port (0: pick one and log it)")->capture_default_str();
@@ -369,6 +404,11 @@ int main(int argc, char** argv) {
   app.add_option("--max-request-mb", max_request_mb, "largest request body")->capture_default_str();
   app.add_option("--shutdown-seconds", shutdown_seconds, "on SIGTERM, how long in-flight requests may take")
       ->capture_default_str();
+  app.add_option("--model-control-mode", model_control,
+                 "none: the models loaded at start serve until exit; explicit: POST /v2/repository/models/{m}/load "
+                 "and /unload (re)load and unload them while serving")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "explicit"}));
   app.set_version_flag("--version", std::string("pt2serve ") + PT2SERVE_VERSION);
   try {
     app.parse(argc, argv);
@@ -382,7 +422,7 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  std::vector<std::unique_ptr<Model>> models;
+  std::vector<ModelPtr> models;
   try {
     models = load_repository(repository);
   } catch (const std::exception& e) {
@@ -390,8 +430,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const size_t max_request_bytes = static_cast<size_t>(max_request_mb * 1024 * 1024);
-  const Registry registry(std::move(models));
-  Server server(registry, max_request_bytes);
+  Registry registry(repository, std::move(models));
+  Server server(registry, max_request_bytes, model_control == "explicit");
   httplib::Server svr;
   svr.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   svr.set_payload_max_length(max_request_bytes + (1 << 20));

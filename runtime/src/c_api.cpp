@@ -1,9 +1,11 @@
 // The C API (pt2rt_c.h) over the C++ one: every entry point catches everything and returns a status.
 #include "pt2rt/pt2rt_c.h"
 
+#include <cstring>
 #include <exception>
 #include <new>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -61,7 +63,17 @@ constexpr pt2rt::DType kDTypes[] = {
 };
 constexpr int kNumDTypes = sizeof(kDTypes) / sizeof(kDTypes[0]);
 
-bool valid(pt2rt_dtype d) { return static_cast<int>(d) >= 0 && static_cast<int>(d) < kNumDTypes; }
+// The integer a caller passed as an enum. C allows any int there; in C++ reading an enum object that holds a value
+// outside its enumerators' range is undefined, so the bytes are copied out instead (UBSan checks this).
+// C passes an enum as an int (signed: -1 stays -1 in messages).
+template <typename E>
+int64_t raw_value(const E& e) {
+  std::conditional_t<sizeof(E) == sizeof(int), int, std::underlying_type_t<E>> v;
+  std::memcpy(&v, &e, sizeof v);
+  return static_cast<int64_t>(v);
+}
+
+bool valid(const pt2rt_dtype& d) { return raw_value(d) >= 0 && raw_value(d) < kNumDTypes; }
 
 pt2rt_dtype to_c(pt2rt::DType d) {
   for (int i = 0; i < kNumDTypes; ++i)
@@ -92,7 +104,7 @@ extern "C" {
 const char* pt2rt_last_error(void) { return last_error.c_str(); }
 
 const char* pt2rt_status_name(pt2rt_status status) {
-  switch (status) {
+  switch (raw_value(status)) {
     case PT2RT_OK: return "ok";
     case PT2RT_ERROR_USAGE: return "usage";
     case PT2RT_ERROR_PACKAGE: return "package";
@@ -115,9 +127,11 @@ pt2rt_status pt2rt_check_c_api_version(uint32_t header_version) {
                                      ") speaks version " + std::to_string(PT2RT_C_API_VERSION));
 }
 
-const char* pt2rt_dtype_name(pt2rt_dtype dtype) { return valid(dtype) ? pt2rt::dtype_name(kDTypes[dtype]) : nullptr; }
+const char* pt2rt_dtype_name(pt2rt_dtype dtype) {
+  return valid(dtype) ? pt2rt::dtype_name(kDTypes[raw_value(dtype)]) : nullptr;
+}
 
-size_t pt2rt_dtype_size(pt2rt_dtype dtype) { return valid(dtype) ? pt2rt::dtype_size(kDTypes[dtype]) : 0; }
+size_t pt2rt_dtype_size(pt2rt_dtype dtype) { return valid(dtype) ? pt2rt::dtype_size(kDTypes[raw_value(dtype)]) : 0; }
 
 pt2rt_status pt2rt_load(const char* package_path, const char* const* ops_libraries, size_t n_ops_libraries,
                         int num_runners, pt2rt_runtime** out) {
@@ -170,9 +184,9 @@ pt2rt_status pt2rt_run(const pt2rt_runtime* runtime, const pt2rt_tensor_view* in
       if (v.ndim > 0 && v.shape == nullptr)
         return fail(PT2RT_ERROR_USAGE, who + ".shape is NULL but ndim is " + std::to_string(v.ndim));
       if (!valid(v.dtype))
-        return fail(PT2RT_ERROR_USAGE, who + ".dtype is " + std::to_string(static_cast<int>(v.dtype)) +
+        return fail(PT2RT_ERROR_USAGE, who + ".dtype is " + std::to_string(raw_value(v.dtype)) +
                                            ", not a pt2rt_dtype");
-      pt2rt::TensorView view{v.data, std::vector<int64_t>(v.shape, v.shape + v.ndim), kDTypes[v.dtype]};
+      pt2rt::TensorView view{v.data, std::vector<int64_t>(v.shape, v.shape + v.ndim), kDTypes[raw_value(v.dtype)]};
       if (cuda) {
         on_device.push_back(pt2rt::Tensor::copy_of(view).to(pt2rt::Device::CUDA));
         view = on_device.back().view();

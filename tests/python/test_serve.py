@@ -5,9 +5,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
+import threading
 import time
+import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -114,7 +118,7 @@ def test_health_and_metadata(server):
     assert md["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, 3, 32, 32]}]
     assert md["outputs"] == [{"name": "output_0", "datatype": "FP32", "shape": [-1, 8, 32, 32]}]
     assert md["versions"] == ["1"] and md["platform"] == "pt2rt"
-    assert server.client.get_server_metadata()["extensions"] == ["binary_tensor_data"]
+    assert server.client.get_server_metadata()["extensions"] == ["binary_tensor_data", "model_repository"]
 
 
 @pytest.mark.parametrize("binary", [True, False])
@@ -375,3 +379,96 @@ def test_garbage_truncated_and_out_of_range_requests_are_400s(server, exported):
         infer(server.client, "net", np.zeros((33, 3, 32, 32), np.float32))
     assert err.value.status() == "400" and "33" in err.value.message() and "32" in err.value.message()
     torch.testing.assert_close(torch.from_numpy(infer(server.client, "net", x).copy()), eager(exported, x))
+
+
+def test_models_are_replaced_and_unloaded_while_serving(exported, tmp_path):
+    """The repository extension through tritonclient: clients on version 1 keep getting right answers while the
+    model is reloaded with a version 2 (another package); a reload that loads nothing keeps the old versions; the
+    latest ready version answers requests that name none; unload; names that are not folders are refused."""
+    net, _, _ = exported("net_dynamic")
+    op, _, _ = exported("op_static")
+    repo = tmp_path / "models"
+    (repo / "swap" / "1").mkdir(parents=True)
+    os.link(net, repo / "swap" / "1" / "model.pt2")
+    s = Serving(repo, "--model-control-mode", "explicit")
+    try:
+        x = np.random.default_rng(3).standard_normal((2, 3, 32, 32)).astype(np.float32)
+        expected = eager(exported, x).numpy()
+        stop = threading.Event()
+        counts = {"ok": 0, "bad": []}
+        lock = threading.Lock()
+
+        def client():
+            c = tritonhttp.InferenceServerClient(s.url)
+            while not stop.is_set():
+                try:
+                    inputs, outputs = _request(x, True)
+                    y = c.infer("swap", inputs, model_version="1", outputs=outputs).as_numpy("output_0")
+                    with lock:
+                        if np.allclose(y, expected, rtol=1e-4, atol=1e-5):
+                            counts["ok"] += 1
+                        else:
+                            counts["bad"].append("wrong values")
+                except Exception as e:  # noqa: BLE001 - every failure is counted and shown
+                    with lock:
+                        counts["bad"].append(str(e))
+        threads = [threading.Thread(target=client) for _ in range(3)]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)
+        (repo / "swap" / "2").mkdir()
+        os.link(op, repo / "swap" / "2" / "model.pt2")
+        before = counts["ok"]
+        s.client.load_model("swap")
+        time.sleep(0.5)
+        stop.set()
+        for t in threads:
+            t.join()
+        assert counts["bad"] == [] and counts["ok"] > before > 0, counts
+
+        assert s.client.get_model_metadata("swap")["versions"] == ["1", "2"]
+        index = {(m["name"], m["version"]): m["state"] for m in s.client.get_model_repository_index()}
+        assert index == {("swap", "1"): "READY", ("swap", "2"): "READY"}
+        # no version named: the latest, the op-only package (the identity, another input shape)
+        z = np.arange(2 * 3 * 16 * 16, dtype=np.float32).reshape(2, 3, 16, 16)
+        np.testing.assert_array_equal(infer(s.client, "swap", z), z)
+
+        # a reload that loads nothing leaves what serves
+        shutil.rmtree(repo / "swap" / "1")
+        (repo / "swap" / "2" / "model.pt2").unlink()
+        (repo / "swap" / "2" / "model.pt2").write_bytes(b"not a package")
+        with pytest.raises(InferenceServerException, match="not loaded .*the versions served before serve on"):
+            s.client.load_model("swap")
+        np.testing.assert_array_equal(infer(s.client, "swap", z), z)
+
+        # a new version that fails next to one that loads: the loaded one answers
+        (repo / "swap" / "3").mkdir()
+        os.link(op, repo / "swap" / "3" / "model.pt2")
+        (repo / "swap" / "4").mkdir()
+        (repo / "swap" / "4" / "model.pt2").write_bytes(b"also not a package")
+        s.client.load_model("swap")
+        index = {m["version"]: m["state"] for m in s.client.get_model_repository_index()}
+        assert index == {"2": "UNAVAILABLE", "3": "READY", "4": "UNAVAILABLE"}
+        np.testing.assert_array_equal(infer(s.client, "swap", z), z)
+
+        for name, status in (("nothere", 404), ("..", 400), ("a b", 400)):
+            req = urllib.request.Request(f"http://{s.url}/v2/repository/models/{urllib.parse.quote(name)}/load",
+                                         data=b"", method="POST")
+            with pytest.raises(urllib.error.HTTPError) as e:
+                urllib.request.urlopen(req, timeout=30)
+            assert e.value.code == status, (name, e.value.read())
+        s.client.unload_model("swap")
+        assert s.get("/v2/models/swap")[0] == 404
+        assert s.client.get_model_repository_index() == []
+    finally:
+        assert s.stop() == 0
+
+
+def test_model_control_is_off_unless_asked_for(server):
+    with pytest.raises(InferenceServerException, match="start pt2serve with --model-control-mode explicit"):
+        server.client.load_model("net")
+    with pytest.raises(InferenceServerException, match="--model-control-mode explicit"):
+        server.client.unload_model("net")
+    assert server.client.is_model_ready("net")
+    index = {(m["name"], m["version"]): m["state"] for m in server.client.get_model_repository_index()}
+    assert index[("net", "1")] == "READY" and index[("broken", "1")] == "UNAVAILABLE"
