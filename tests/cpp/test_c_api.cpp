@@ -62,15 +62,12 @@ TEST(CApi, RunsReturnOwnedOutputsAndBadInputsAreInputErrors) {
   EXPECT_EQ(n, 0u);
   EXPECT_GT(std::strlen(pt2rt_last_error()), 0u);
   in.shape = shape;
-  // what a C caller may pass: any int (made without an out-of-range enum value in this C++ code)
-  const int not_a_dtype = -1, not_a_status = 42;
+  // what a C caller may pass: any int (stored without this C++ code reading an out-of-range enum value; the C
+  // test passes them to pt2rt_dtype_name and pt2rt_status_name too)
+  const int not_a_dtype = -1;
   std::memcpy(&in.dtype, &not_a_dtype, sizeof not_a_dtype);
   EXPECT_EQ(pt2rt_run(rt, &in, 1, &out, 1, &n), PT2RT_ERROR_USAGE);
   EXPECT_NE(std::string(pt2rt_last_error()).find("dtype is -1"), std::string::npos) << pt2rt_last_error();
-  EXPECT_EQ(pt2rt_dtype_name(in.dtype), nullptr);
-  pt2rt_status status;
-  std::memcpy(&status, &not_a_status, sizeof status);
-  EXPECT_STREQ(pt2rt_status_name(status), "unknown");
   pt2rt_runtime_free(rt);
 }
 
