@@ -7,7 +7,7 @@ APT_PACKAGES=(build-essential cmake ninja-build binutils git libssl-dev googlete
               libcli11-dev nlohmann-json3-dev libbenchmark-dev libcpp-httplib-dev
               libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler python3-venv
               clang libclang-rt-14-dev  # clang: libFuzzer targets (make fuzz)
-              libc++-dev libc++abi-dev mono-mcs mono-runtime)  # the C API's libc++ and C# consumers (make test)
+              libc++-dev libc++abi-dev mono-mcs mono-runtime rustc cargo)  # the C API's consumers (make test)
 ensure_debian_packages "${APT_PACKAGES[@]}"
 if [ "$FLAVOUR" = cuda ] && [ ! -x "$CUDA_ROOT/bin/nvcc" ]; then
   echo "error: the cuda flavour needs nvcc at $CUDA_ROOT/bin/nvcc (set CUDA_ROOT to the CUDA 13 toolkit)" >&2

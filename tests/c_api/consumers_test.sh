@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The C API's consumers against the installed bundle: the C test (-std=c99 -pedantic -Werror), a clang + libc++
-# program running the model from 4 threads, and the C# binding under Mono. Each prints the checksum of 60 frames of
+# program running the model from 4 threads, the C# binding under Mono and the Rust crate (Debian's cargo, offline). Each prints the checksum of 60 frames of
 # the example model, compared here with the eager model's (Python).
 #   consumers_test.sh BUILD_DIR SOURCE_DIR PACKAGES_DIR PYTHON
 set -euo pipefail
@@ -37,6 +37,13 @@ mcs -warnaserror -nologo -out:"$work/TestPt2rt.exe" "$src/bindings/csharp/Pt2rt.
 out=$(env -i HOME="$work" LD_LIBRARY_PATH="$b/lib" "$(command -v mono)" "$work/TestPt2rt.exe" "$packages" "$ops")
 echo "$out"
 checksums+=("C#:$(checksum_of "$out")")
+
+echo "== Rust: bindings/rust (no dependencies), cargo test --offline"
+out=$(PT2RT_LIB_DIR="$b/lib" PT2RT_TEST_PACKAGES="$packages" PT2RT_TEST_OPS="$ops" CARGO_TARGET_DIR="$work/rust" \
+  RUSTFLAGS="-D warnings" CARGO_HOME="$work/cargo-home" /usr/bin/cargo test --offline \
+  --manifest-path "$src/bindings/rust/Cargo.toml" -- --nocapture --test-threads 1 2>&1) || { echo "$out"; exit 1; }
+echo "$out" | grep -E "^test |test result"
+checksums+=("Rust:$(grep -o 'checksum -\?[0-9][0-9.e+-]*' <<<"$out" | cut -d' ' -f2)")
 
 # The same 60 frames (batch 1, sin(0.001 * (i + frame))) through the eager model.
 PYTHONPATH=$src IDENTITY_CONV_OPS_LIBRARY=$ops "$python" - "${checksums[@]}" <<'PY'

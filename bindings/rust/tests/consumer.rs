@@ -1,0 +1,67 @@
+// The crate against a bundle: PT2RT_TEST_PACKAGES (tests/cpp/export_packages.py's output) and PT2RT_TEST_OPS (the
+// ops library). Prints the checksum of 60 frames of the example model for tests/c_api/consumers_test.sh.
+use std::thread;
+
+fn packages() -> String {
+    std::env::var("PT2RT_TEST_PACKAGES").expect("set PT2RT_TEST_PACKAGES")
+}
+fn ops() -> String {
+    std::env::var("PT2RT_TEST_OPS").expect("set PT2RT_TEST_OPS")
+}
+
+fn frame(f: usize) -> Vec<f32> {
+    (0..3 * 32 * 32).map(|i| (0.001 * (i + f) as f64).sin() as f32).collect()
+}
+
+#[test]
+fn errors_carry_status_and_message() {
+    let ops = ops();
+    let e = pt2rt::Runtime::load(&format!("{}/no-such.pt2", packages()), &[&ops], 0).err().unwrap();
+    assert_eq!(e.status, pt2rt::Status::Package);
+    assert!(e.message.contains("no-such.pt2"), "{}", e.message);
+    let e = pt2rt::Runtime::load(&format!("{}/op_static.pt2", packages()), &["/nonexistent/libnothing.so"], 0)
+        .err()
+        .unwrap();
+    assert_eq!(e.status, pt2rt::Status::OpsLibrary);
+
+    let rt = pt2rt::Runtime::load(&format!("{}/op_static.pt2", packages()), &[&ops], 0).unwrap();
+    let info = &rt.inputs().unwrap()[0];
+    assert_eq!((info.name.as_str(), info.dtype), ("x", pt2rt::DType::Float32));
+    let n: i64 = info.shape.iter().product();
+    let x: Vec<f32> = (0..n).map(|i| i as f32 * 0.5).collect();
+    let out = rt.run(&[pt2rt::Input::f32(&x, &info.shape)]).unwrap();
+    assert_eq!(out[0].as_slice::<f32>().unwrap(), &x[..]); // the identity, exactly
+    assert!(out[0].as_slice::<f64>().is_err());
+    let mut bad = info.shape.clone();
+    bad[2] += 1;
+    let e = rt.run(&[pt2rt::Input::f32(&x, &bad)]).err().unwrap();
+    assert_eq!(e.status, pt2rt::Status::Usage); // the slice does not hold what the shape claims
+    let more = vec![0f32; (n / info.shape[2] * bad[2]) as usize];
+    let e = rt.run(&[pt2rt::Input::f32(&more, &bad)]).err().unwrap();
+    assert_eq!(e.status, pt2rt::Status::Input, "{}", e.message);
+}
+
+#[test]
+fn example_model_from_threads_and_its_checksum() {
+    let rt = pt2rt::Runtime::load(&format!("{}/net_dynamic.pt2", packages()), &[&ops()], 2).unwrap();
+    let shape = [1i64, 3, 32, 32];
+    let x = frame(7);
+    let expected = rt.run(&[pt2rt::Input::f32(&x, &shape)]).unwrap()[0].as_slice::<f32>().unwrap().to_vec();
+    thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                for _ in 0..20 {
+                    let out = rt.run(&[pt2rt::Input::f32(&x, &shape)]).unwrap();
+                    let y = out[0].as_slice::<f32>().unwrap();
+                    assert!(y.iter().zip(&expected).all(|(a, b)| (a - b).abs() <= 1e-5 * (1.0 + b.abs())));
+                }
+            });
+        }
+    });
+    let mut checksum = 0f64;
+    for f in 0..60 {
+        let out = rt.run(&[pt2rt::Input::f32(&frame(f), &shape)]).unwrap();
+        checksum += out[0].as_slice::<f32>().unwrap().iter().map(|&v| v as f64).sum::<f64>();
+    }
+    println!("checksum {checksum:.9}");
+}
