@@ -45,21 +45,5 @@ out=$(PT2RT_LIB_DIR="$b/lib" PT2RT_TEST_PACKAGES="$packages" PT2RT_TEST_OPS="$op
 echo "$out" | grep -E "^test |test result"
 checksums+=("Rust:$(grep -o 'checksum -\?[0-9][0-9.e+-]*' <<<"$out" | cut -d' ' -f2)")
 
-# The same 60 frames (batch 1, sin(0.001 * (i + frame))) through the eager model.
-PYTHONPATH=$src IDENTITY_CONV_OPS_LIBRARY=$ops "$python" - "${checksums[@]}" <<'PY'
-import sys, torch
-from export_tools import models
-model, _ = models.identity_conv_net()
-total = 0.0
-with torch.no_grad():
-    for f in range(60):
-        x = torch.sin(0.001 * (torch.arange(3 * 32 * 32, dtype=torch.float32) + f)).reshape(1, 3, 32, 32)
-        total += model(x).double().sum().item()
-for entry in sys.argv[1:]:
-    who, _, value = entry.partition(":")
-    assert value, f"{who}: no checksum printed"
-    got = float(value)
-    assert abs(got - total) <= 1e-4 * max(1.0, abs(total)), f"{who}: checksum {got} != eager {total}"
-    print(f"{who}: checksum {got:.9g} equals the eager model's {total:.9g}")
-PY
+PYTHONPATH=$src IDENTITY_CONV_OPS_LIBRARY=$ops "$python" "$src/tests/cpp/eager_checksum.py" "${checksums[@]}"
 rm -rf "$work"

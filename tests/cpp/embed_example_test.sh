@@ -17,20 +17,8 @@ out=$(env -i "$work/example/embed_example" "$package" 60 3)
 echo "$out"
 checksum=$(echo "$out" | sed -n 's/.*, 0 failures, checksum \([-0-9.e+]*\)$/\1/p')
 [ -n "$checksum" ] || { echo "no checksum with 0 failures in the example's output" >&2; exit 1; }
-# The same 60 frames (batch 1, sin(0.001 * (i + frame))) through the eager model.
-PYTHONPATH=$src IDENTITY_CONV_OPS_LIBRARY=$build/lib/libidentity_conv_ops.so "$python" - "$checksum" <<'PY'
-import sys, torch
-from export_tools import models
-model, _ = models.identity_conv_net()
-total = 0.0
-with torch.no_grad():
-    for f in range(60):
-        x = torch.sin(0.001 * (torch.arange(3 * 32 * 32, dtype=torch.float32) + f)).reshape(1, 3, 32, 32)
-        total += model(x).double().sum().item()
-got = float(sys.argv[1])
-assert abs(got - total) <= 1e-4 * max(1.0, abs(total)), f"embed_example's checksum {got} != eager {total}"
-print(f"checksum {got:.6g} equals the eager model's {total:.6g}")
-PY
+PYTHONPATH=$src IDENTITY_CONV_OPS_LIBRARY=$build/lib/libidentity_conv_ops.so "$python" "$src/tests/cpp/eager_checksum.py" \
+  "embed_example:$checksum"
 mkdir -p "$work/bundle/models"
 cp "$package" "$work/bundle/models/"
 mv "$work/bundle" "$work/moved"

@@ -160,30 +160,11 @@ impl DType {
 pub trait Element: Copy {
     const DTYPE: DType;
 }
-impl Element for f32 {
-    const DTYPE: DType = DType::Float32;
+macro_rules! elements {
+    ($($t:ty => $d:ident),*) => { $(impl Element for $t { const DTYPE: DType = DType::$d; })* };
 }
-impl Element for f64 {
-    const DTYPE: DType = DType::Float64;
-}
-impl Element for i64 {
-    const DTYPE: DType = DType::Int64;
-}
-impl Element for i32 {
-    const DTYPE: DType = DType::Int32;
-}
-impl Element for i16 {
-    const DTYPE: DType = DType::Int16;
-}
-impl Element for i8 {
-    const DTYPE: DType = DType::Int8;
-}
-impl Element for u8 {
-    const DTYPE: DType = DType::UInt8;
-}
-impl Element for bool {
-    const DTYPE: DType = DType::Bool;
-}
+elements!(f32 => Float32, f64 => Float64, i64 => Int64, i32 => Int32, i16 => Int16, i8 => Int8, u8 => UInt8,
+          bool => Bool);
 
 /// A borrowed input: dense, row-major.
 pub struct Input<'a> {
