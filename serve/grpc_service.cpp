@@ -61,7 +61,7 @@ std::vector<uint8_t> from_contents(const inference::InferTensorContents& c, pt2r
 
 class Service final : public inference::GRPCInferenceService::Service {
  public:
-  Service(const Registry& registry, size_t max_bytes) : registry_(registry), max_bytes_(max_bytes) {}
+  Service(Registry& registry, size_t max_bytes) : registry_(registry), max_bytes_(max_bytes) {}
 
   Status ServerLive(ServerContext*, const inference::ServerLiveRequest*, inference::ServerLiveResponse* r) override {
     r->set_live(true);
@@ -96,6 +96,33 @@ class Service final : public inference::GRPCInferenceService::Service {
       };
       for (const auto& t : m.spec().inputs) fill(t, r->add_inputs());
       for (const auto& t : m.spec().outputs) fill(t, r->add_outputs());
+    });
+  }
+  Status RepositoryIndex(ServerContext*, const inference::RepositoryIndexRequest* q,
+                         inference::RepositoryIndexResponse* r) override {
+    return guarded([&] {
+      check_repository(q->repository_name());
+      for (const auto& e : registry_.index(q->ready())) {
+        auto* m = r->add_models();
+        m->set_name(e.name);
+        m->set_version(e.version);
+        m->set_state(e.state);
+        m->set_reason(e.reason);
+      }
+    });
+  }
+  Status RepositoryModelLoad(ServerContext*, const inference::RepositoryModelLoadRequest* q,
+                             inference::RepositoryModelLoadResponse*) override {
+    return guarded([&] {
+      check_repository(q->repository_name(), q->parameters());
+      registry_.load(q->model_name());
+    });
+  }
+  Status RepositoryModelUnload(ServerContext*, const inference::RepositoryModelUnloadRequest* q,
+                               inference::RepositoryModelUnloadResponse*) override {
+    return guarded([&] {
+      check_repository(q->repository_name(), q->parameters());
+      registry_.unload(q->model_name());
     });
   }
   Status ModelInfer(ServerContext*, const inference::ModelInferRequest* q, inference::ModelInferResponse* r) override {
@@ -176,7 +203,19 @@ class Service final : public inference::GRPCInferenceService::Service {
     }
   }
 
-  const Registry& registry_;
+  // One repository, loaded as its folders are: a repository name or load parameters are refused, not ignored.
+  using RepositoryParameters = google::protobuf::Map<std::string, inference::ModelRepositoryParameter>;
+  static void check_repository(const std::string& repository_name, const RepositoryParameters& parameters = {}) {
+    if (!repository_name.empty()) {
+      throw BadRequest("repository_name '" + repository_name + "': pt2serve serves one repository; leave it empty");
+    }
+    for (const auto& [key, value] : parameters) {
+      if (key == "unload_dependents") continue;  // tritonclient's unload sends it; there are no ensembles here
+      throw BadRequest("parameter '" + key + "' is not supported (pt2serve loads what the repository folder holds)");
+    }
+  }
+
+  Registry& registry_;
   size_t max_bytes_;
 };
 
@@ -187,7 +226,7 @@ struct GrpcServer::Impl {
   std::unique_ptr<grpc::Server> server;
 };
 
-GrpcServer::GrpcServer(const Registry& registry, const std::string& host, int port, size_t max_message_bytes)
+GrpcServer::GrpcServer(Registry& registry, const std::string& host, int port, size_t max_message_bytes)
     : impl_(std::make_unique<Impl>()) {
   impl_->service = std::make_unique<Service>(registry, max_message_bytes);
   grpc::ServerBuilder builder;

@@ -11,7 +11,7 @@ class Registry;
 class GrpcServer {
  public:
   // Listens on host:port (0: any free port, see port()); port() is -1 when it cannot listen.
-  GrpcServer(const Registry& registry, const std::string& host, int port, size_t max_message_bytes);
+  GrpcServer(Registry& registry, const std::string& host, int port, size_t max_message_bytes);
   ~GrpcServer();
   int port() const { return port_; }
   // Stops taking calls; calls in flight get up to `seconds` to finish.

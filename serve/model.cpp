@@ -279,7 +279,8 @@ void Model::run_batch(std::vector<std::unique_ptr<Pending>>& batch) {
   }
 }
 
-Registry::Registry(std::string dir, std::vector<ModelPtr> models) : dir_(std::move(dir)) {
+Registry::Registry(std::string dir, std::vector<ModelPtr> models, bool model_control)
+    : dir_(std::move(dir)), model_control_(model_control) {
   for (auto& m : models) by_name_[m->name()][std::stol(m->version())] = m;
 }
 
@@ -344,7 +345,23 @@ void check_model_name(const std::string& name) {
 std::vector<ModelPtr> load_model_dir(const fs::path& m);
 }  // namespace
 
+void Registry::check_model_control() const {
+  if (!model_control_) {
+    throw BadRequest("loading and unloading models is off: start pt2serve with --model-control-mode explicit");
+  }
+}
+
+std::vector<Registry::IndexEntry> Registry::index(bool ready_only) const {
+  std::vector<IndexEntry> out;
+  for (const auto& m : models()) {
+    if (ready_only && !m->ready()) continue;
+    out.push_back({m->name(), m->version(), m->ready() ? "READY" : "UNAVAILABLE", m->ready() ? "" : m->load_error()});
+  }
+  return out;
+}
+
 void Registry::load(const std::string& name) {
+  check_model_control();
   check_model_name(name);
   std::lock_guard<std::mutex> serial(load_mu_);
   const fs::path folder = fs::path(dir_) / name;
@@ -375,6 +392,7 @@ void Registry::load(const std::string& name) {
 }
 
 void Registry::unload(const std::string& name) {
+  check_model_control();
   std::lock_guard<std::mutex> serial(load_mu_);
   std::map<long, ModelPtr> old;
   {

@@ -110,7 +110,9 @@ using ModelPtr = std::shared_ptr<Model>;
 // remove a model while requests run on it (the old one is freed, and its queue finished, by the last of them).
 class Registry {
  public:
-  Registry(std::string dir, std::vector<ModelPtr> models);
+  // model_control: whether load() and unload() may run (pt2serve --model-control-mode explicit); else they throw
+  // BadRequest saying how to turn it on.
+  Registry(std::string dir, std::vector<ModelPtr> models, bool model_control = false);
   ModelPtr find(const std::string& name, const std::string& version, bool need_ready) const;
   std::vector<std::string> versions(const std::string& name) const;
   std::vector<ModelPtr> models() const;  // a snapshot
@@ -121,9 +123,16 @@ class Registry {
   void load(const std::string& name);
   // Stops serving the model (NotFound when it is not served).
   void unload(const std::string& name);
+  struct IndexEntry {
+    std::string name, version, state, reason;  // state: READY or UNAVAILABLE (reason: its load error)
+  };
+  std::vector<IndexEntry> index(bool ready_only) const;
 
  private:
+  void check_model_control() const;
+
   std::string dir_;
+  bool model_control_;
   mutable std::mutex mu_;
   std::mutex load_mu_;
   std::map<std::string, std::map<long, ModelPtr>> by_name_;

@@ -37,8 +37,7 @@ json tensor_metadata(const pt2rt::TensorSpec& t) {
 
 class Server {
  public:
-  Server(Registry& registry, size_t max_request_bytes, bool model_control)
-      : registry_(registry), max_request_bytes_(max_request_bytes), model_control_(model_control) {}
+  Server(Registry& registry, size_t max_request_bytes) : registry_(registry), max_request_bytes_(max_request_bytes) {}
 
   void routes(httplib::Server& svr) {
     svr.Get("/v2", [this](const httplib::Request&, httplib::Response& res) {
@@ -62,12 +61,16 @@ class Server {
       handle(res, [&] { infer(req, res); });
     });
     // Triton's model repository extension: the index, and (re)loading or unloading a model while serving
-    svr.Post("/v2/repository/index", [this](const httplib::Request&, httplib::Response& res) {
+    svr.Post("/v2/repository/index", [this](const httplib::Request& req, httplib::Response& res) {
       handle(res, [&] {
+        const json body = repository_body(req, "repository index");
+        if (body.contains("ready") && !body["ready"].is_boolean()) {
+          throw BadRequest("repository index: 'ready' must be true or false");
+        }
         json index = json::array();
-        for (const auto& m : registry_.models()) {
-          json entry = {{"name", m->name()}, {"version", m->version()}, {"state", m->ready() ? "READY" : "UNAVAILABLE"}};
-          if (!m->ready()) entry["reason"] = m->load_error();
+        for (const auto& e : registry_.index(body.value("ready", false))) {
+          json entry = {{"name", e.name}, {"version", e.version}, {"state", e.state}};
+          if (!e.reason.empty()) entry["reason"] = e.reason;
           index.push_back(entry);
         }
         reply(res, 200, index);
@@ -75,14 +78,14 @@ class Server {
     });
     svr.Post(R"(/v2/repository/models/([^/]+)/load)", [this](const httplib::Request& req, httplib::Response& res) {
       handle(res, [&] {
-        check_model_control();
+        repository_body(req, "load");
         registry_.load(req.matches[1]);
         reply(res, 200, json::object());
       });
     });
     svr.Post(R"(/v2/repository/models/([^/]+)/unload)", [this](const httplib::Request& req, httplib::Response& res) {
       handle(res, [&] {
-        check_model_control();
+        repository_body(req, "unload");
         registry_.unload(req.matches[1]);
         reply(res, 200, json::object());
       });
@@ -370,15 +373,26 @@ class Server {
     return s;
   }
 
-  void check_model_control() const {
-    if (!model_control_) {
-      throw BadRequest("loading and unloading models is off: start pt2serve with --model-control-mode explicit");
+  // A repository request's JSON body (may be empty); parameters (Triton's config or file overrides) are refused
+  // rather than ignored: pt2serve loads what the repository folder holds.
+  static json repository_body(const httplib::Request& req, const char* what) {
+    if (req.body.empty()) return json::object();
+    const json body = json::parse(req.body, nullptr, false);
+    if (!body.is_object()) throw BadRequest(std::string(what) + ": the body is not a JSON object");
+    if (body.contains("parameters")) {
+      const json& p = body["parameters"];
+      if (!p.is_object()) throw BadRequest(std::string(what) + ": parameters must be a JSON object");
+      for (const auto& [key, value] : p.items()) {
+        if (key == "unload_dependents") continue;  // tritonclient's unload sends it; there are no ensembles here
+        throw BadRequest(std::string(what) + ": parameter '" + key + "' is not supported (pt2serve loads what " +
+                         "the repository folder holds)");
+      }
     }
+    return body;
   }
 
   Registry& registry_;
   size_t max_request_bytes_;
-  bool model_control_;
 };
 
 }  // namespace
@@ -430,8 +444,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const size_t max_request_bytes = static_cast<size_t>(max_request_mb * 1024 * 1024);
-  Registry registry(repository, std::move(models));
-  Server server(registry, max_request_bytes, model_control == "explicit");
+  Registry registry(repository, std::move(models), model_control == "explicit");
+  Server server(registry, max_request_bytes);
   httplib::Server svr;
   svr.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   svr.set_payload_max_length(max_request_bytes + (1 << 20));

@@ -451,15 +451,27 @@ def test_models_are_replaced_and_unloaded_while_serving(exported, tmp_path):
         assert index == {"2": "UNAVAILABLE", "3": "READY", "4": "UNAVAILABLE"}
         np.testing.assert_array_equal(infer(s.client, "swap", z), z)
 
+        # the same over gRPC: the index, a reload, and parameters refused rather than ignored
+        grpc_index = s.grpc.get_model_repository_index(as_json=True)["models"]
+        assert {m["version"]: m["state"] for m in grpc_index} == index
+        s.grpc.load_model("swap")
+        with pytest.raises(InferenceServerException, match="parameter 'config' is not supported"):
+            s.grpc.load_model("swap", config='{"max_batch_size": 4}')
+        with pytest.raises(InferenceServerException, match="parameter 'config' is not supported"):
+            s.client.load_model("swap", config='{"max_batch_size": 4}')
+        np.testing.assert_array_equal(infer(s.client, "swap", z), z)
+
         for name, status in (("nothere", 404), ("..", 400), ("a b", 400)):
             req = urllib.request.Request(f"http://{s.url}/v2/repository/models/{urllib.parse.quote(name)}/load",
                                          data=b"", method="POST")
             with pytest.raises(urllib.error.HTTPError) as e:
                 urllib.request.urlopen(req, timeout=30)
             assert e.value.code == status, (name, e.value.read())
-        s.client.unload_model("swap")
+        s.grpc.unload_model("swap")
         assert s.get("/v2/models/swap")[0] == 404
         assert s.client.get_model_repository_index() == []
+        with pytest.raises(InferenceServerException, match="unknown model 'swap'"):
+            s.client.unload_model("swap")
     finally:
         assert s.stop() == 0
 
@@ -469,6 +481,8 @@ def test_model_control_is_off_unless_asked_for(server):
         server.client.load_model("net")
     with pytest.raises(InferenceServerException, match="--model-control-mode explicit"):
         server.client.unload_model("net")
+    with pytest.raises(InferenceServerException, match="--model-control-mode explicit"):
+        server.grpc.load_model("net")
     assert server.client.is_model_ready("net")
     index = {(m["name"], m["version"]): m["state"] for m in server.client.get_model_repository_index()}
     assert index[("net", "1")] == "READY" and index[("broken", "1")] == "UNAVAILABLE"
