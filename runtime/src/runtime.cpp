@@ -157,8 +157,10 @@ Spec Runtime::read_spec(const std::string& package_path) {
 }
 
 Runtime Runtime::load(const std::string& package_path, const Options& options) {
-  if (options.num_runners < 1) {
-    throw Error(ErrorCode::Usage, "num_runners must be >= 1, got " + std::to_string(options.num_runners));
+  if (options.num_runners < 1 || options.num_runners > kMaxRunners) {
+    // each runner is a model instance: an unbounded count would load until memory runs out
+    throw Error(ErrorCode::Usage, "num_runners must be in 1.." + std::to_string(kMaxRunners) + ", got " +
+                                      std::to_string(options.num_runners));
   }
   auto impl = std::make_unique<Impl>();
   impl->package = std::make_unique<detail::Package>(package_path, detail::limits_of(options));

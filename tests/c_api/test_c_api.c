@@ -65,6 +65,8 @@ static void test_load_errors(const char* dir, const char* ops) {
   CHECK_STATUS(pt2rt_load(in_dir(dir, "op_static.pt2"), NULL, 2, 0, &rt), PT2RT_ERROR_USAGE);
   CHECK_STATUS(pt2rt_load(in_dir(dir, "op_static.pt2"), &ops, 1, -3, &rt), PT2RT_ERROR_USAGE);
   CHECK(contains(pt2rt_last_error(), "num_runners is -3"));
+  CHECK_STATUS(pt2rt_load(in_dir(dir, "op_static.pt2"), &ops, 1, 2147483647, &rt), PT2RT_ERROR_USAGE);
+  CHECK(contains(pt2rt_last_error(), "num_runners must be in 1..1024"));
   CHECK_STATUS(pt2rt_load(in_dir(dir, "no-such.pt2"), &ops, 1, 0, &rt), PT2RT_ERROR_PACKAGE);
   CHECK(contains(pt2rt_last_error(), "no-such.pt2"));
   CHECK_STATUS(pt2rt_load(in_dir(dir, "net_input.pt"), &ops, 1, 0, &rt), PT2RT_ERROR_PACKAGE);

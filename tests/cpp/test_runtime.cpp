@@ -580,8 +580,9 @@ TEST(Pt2run, BenchWarmsUpOnTheThreadsItMeasures) {
   }
 }
 
-TEST(Documented, NumRunnersBelowOneIsAUsageError) {
-  EXPECT_ERROR(pt2rt::Runtime::load(kNet, with_ops(0)), pt2rt::ErrorCode::Usage, "num_runners must be >= 1, got 0");
+TEST(Documented, NumRunnersOutsideItsRangeIsAUsageError) {
+  EXPECT_ERROR(pt2rt::Runtime::load(kNet, with_ops(0)), pt2rt::ErrorCode::Usage, "num_runners must be in 1..1024, got 0");
+  EXPECT_ERROR(pt2rt::Runtime::load(kNet, with_ops(INT32_MAX)), pt2rt::ErrorCode::Usage, "got 2147483647");
 }
 
 TEST(Documented, AMissingClassIsNamedWithItsLibrary) {

@@ -163,12 +163,15 @@ struct Spec {
   std::string json;  // the spec as stored
 };
 
+// The most model instances one Runtime holds (Options::num_runners).
+constexpr int kMaxRunners = 1024;
+
 struct Options {
   // Ops libraries to load before the model. Empty: the files the spec names, searched in the directory of
   // libpt2rt.so, then in each directory of PT2RT_OPS_PATH (':'-separated), then (ops_from_package_dir) next to
   // the package. Nothing is loaded when everything the package needs is registered already.
   std::vector<std::string> ops_libraries;
-  // Model instances that serve concurrent run() calls.
+  // Model instances that serve concurrent run() calls: 1..kMaxRunners.
   int num_runners = 1;
   // Refuse a package exported with another torch version (AOTInductor's ABI is not stable across versions).
   bool check_torch_version = true;
