@@ -5,7 +5,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # Debian packages -------------------------------------------------------------------------------
 APT_PACKAGES=(build-essential cmake ninja-build binutils git libssl-dev googletest libgtest-dev libgmock-dev
               libcli11-dev nlohmann-json3-dev libbenchmark-dev libcpp-httplib-dev
-              libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler python3-venv
+              libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler python3-venv iproute2
               clang libclang-rt-14-dev  # clang: libFuzzer targets (make fuzz)
               libc++-dev libc++abi-dev mono-mcs mono-runtime rustc cargo)  # the C API's consumers (make test)
 ensure_debian_packages "${APT_PACKAGES[@]}"

@@ -2,8 +2,10 @@
 // and the binary tensor data extension. docs/serving.md.
 #include <atomic>
 #include <chrono>
+#include <cerrno>
 #include <csignal>
 #include <pthread.h>
+#include <sys/socket.h>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -452,12 +454,24 @@ int main(int argc, char** argv) {
   // httplib closes a keep-alive connection after 5 requests by default: at 64 clients the reconnects overflowed its
   // listen backlog and clients saw resets (measured); a connection's thread is bound to it anyway
   svr.set_keep_alive_max_count(10000);
+  // httplib listens with a backlog of 5 (compiled into Debian's library): 64 clients connecting at once saw
+  // resets. The listening socket is taken here and listened on again with the system's maximum after binding.
+  int listen_fd = -1;
+  bool bound = false;  // the last socket made while binding is the one that bound (earlier addresses may fail)
+  svr.set_socket_options([&listen_fd, &bound](socket_t sock) {
+    httplib::default_socket_options(sock);
+    if (!bound) listen_fd = sock;
+  });
   svr.set_tcp_nodelay(true);  // else small responses wait for the client's delayed ACK (40 ms measured)
   server.routes(svr);
   const int port = http_port == 0 ? svr.bind_to_any_port(host) : (svr.bind_to_port(host, http_port) ? http_port : -1);
   if (port < 0) {
     log("error", "cannot listen", {{"host", host}, {"port", std::to_string(http_port)}});
     return 2;
+  }
+  bound = true;
+  if (listen_fd >= 0 && ::listen(listen_fd, SOMAXCONN) != 0) {
+    log("warning", "cannot raise the listen backlog", {{"error", std::strerror(errno)}});
   }
   std::unique_ptr<GrpcServer> grpc_server;
   if (grpc_port >= 0) {

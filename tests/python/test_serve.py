@@ -486,3 +486,10 @@ def test_model_control_is_off_unless_asked_for(server):
     assert server.client.is_model_ready("net")
     index = {(m["name"], m["version"]): m["state"] for m in server.client.get_model_repository_index()}
     assert index[("net", "1")] == "READY" and index[("broken", "1")] == "UNAVAILABLE"
+
+
+def test_the_http_listen_backlog_takes_a_burst_of_clients(server):
+    """httplib's own backlog is 5: 64 clients connecting at once saw resets. pt2serve listens with the system's."""
+    out = subprocess.run(["ss", "-ltnH", f"sport = :{server.port}"], capture_output=True, text=True, check=True).stdout
+    backlog = int(out.split()[2])  # Send-Q of a listening socket: its backlog
+    assert backlog >= 128, out
