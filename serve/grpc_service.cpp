@@ -114,15 +114,19 @@ class Service final : public inference::GRPCInferenceService::Service {
   Status RepositoryModelLoad(ServerContext*, const inference::RepositoryModelLoadRequest* q,
                              inference::RepositoryModelLoadResponse*) override {
     return guarded([&] {
-      check_repository(q->repository_name(), q->parameters());
-      registry_.load(q->model_name());
+      check_repository(q->repository_name());
+      std::vector<std::string> parameters;
+      for (const auto& [key, value] : q->parameters()) parameters.push_back(key);
+      registry_.load(q->model_name(), parameters);
     });
   }
   Status RepositoryModelUnload(ServerContext*, const inference::RepositoryModelUnloadRequest* q,
                                inference::RepositoryModelUnloadResponse*) override {
     return guarded([&] {
-      check_repository(q->repository_name(), q->parameters());
-      registry_.unload(q->model_name());
+      check_repository(q->repository_name());
+      std::vector<std::string> parameters;
+      for (const auto& [key, value] : q->parameters()) parameters.push_back(key);
+      registry_.unload(q->model_name(), parameters);
     });
   }
   Status ModelInfer(ServerContext*, const inference::ModelInferRequest* q, inference::ModelInferResponse* r) override {
@@ -203,15 +207,10 @@ class Service final : public inference::GRPCInferenceService::Service {
     }
   }
 
-  // One repository, loaded as its folders are: a repository name or load parameters are refused, not ignored.
-  using RepositoryParameters = google::protobuf::Map<std::string, inference::ModelRepositoryParameter>;
-  static void check_repository(const std::string& repository_name, const RepositoryParameters& parameters = {}) {
+  // One repository: a repository name is refused, not ignored.
+  static void check_repository(const std::string& repository_name) {
     if (!repository_name.empty()) {
       throw BadRequest("repository_name '" + repository_name + "': pt2serve serves one repository; leave it empty");
-    }
-    for (const auto& [key, value] : parameters) {
-      if (key == "unload_dependents") continue;  // tritonclient's unload sends it; there are no ensembles here
-      throw BadRequest("parameter '" + key + "' is not supported (pt2serve loads what the repository folder holds)");
     }
   }
 

@@ -279,6 +279,47 @@ void Model::run_batch(std::vector<std::unique_ptr<Pending>>& batch) {
   }
 }
 
+namespace {
+std::vector<ModelPtr> load_model_dir(const fs::path& m) {
+  ModelConfig config;
+  std::string config_error;
+  try {
+    config = read_config((m / "config.json").string());
+  } catch (const std::exception& e) {
+    config_error = e.what();
+  }
+  std::vector<std::pair<long, fs::path>> versions;
+  for (const auto& e : fs::directory_iterator(m)) {
+    const std::string v = e.path().filename().string();
+    if (e.is_directory() && !v.empty() && v.size() < 10 && std::all_of(v.begin(), v.end(), ::isdigit) &&
+        fs::is_regular_file(e.path() / "model.pt2")) {
+      versions.emplace_back(std::stol(v), e.path());
+    }
+  }
+  std::sort(versions.begin(), versions.end());
+  if (versions.empty()) {
+    log("warning", "no <version>/model.pt2 in this model folder; skipped", {{"model", m.filename().string()}});
+  }
+  std::vector<ModelPtr> models;
+  for (const auto& [number, path] : versions) {
+    const auto start = std::chrono::steady_clock::now();
+    auto model = std::make_shared<Model>(m.filename().string(), std::to_string(number),
+                                         (path / "model.pt2").string(), config, config_error);
+    if (model->ready()) {
+      log("info", "model loaded", {{"model", model->name()}, {"version", model->version()},
+                                   {"variant", model->variant()}, {"batching", model->batching() ? "on" : "off"},
+                                   {"max_batch_size", std::to_string(model->max_batch_size())},
+                                   {"seconds", std::to_string(since_ns(start) / 1e9)}});
+    } else {
+      log("error", "model not loaded", {{"model", model->name()}, {"version", model->version()},
+                                        {"error", model->load_error()}});
+    }
+    models.push_back(std::move(model));
+  }
+  return models;
+}
+}  // namespace
+
 Registry::Registry(std::string dir, std::vector<ModelPtr> models, bool model_control)
     : dir_(std::move(dir)), model_control_(model_control) {
   for (auto& m : models) by_name_[m->name()][std::stol(m->version())] = m;
@@ -342,7 +383,15 @@ void check_model_name(const std::string& name) {
                      "'_', '-', '.')");
   }
 }
-std::vector<ModelPtr> load_model_dir(const fs::path& m);
+}  // namespace
+
+namespace {
+void check_parameters(const std::vector<std::string>& parameters, const char* allowed) {
+  for (const auto& key : parameters) {
+    if (allowed && key == allowed) continue;
+    throw BadRequest("parameter '" + key + "' is not supported (pt2serve loads what the repository folder holds)");
+  }
+}
 }  // namespace
 
 void Registry::check_model_control() const {
@@ -360,8 +409,9 @@ std::vector<Registry::IndexEntry> Registry::index(bool ready_only) const {
   return out;
 }
 
-void Registry::load(const std::string& name) {
+void Registry::load(const std::string& name, const std::vector<std::string>& parameters) {
   check_model_control();
+  check_parameters(parameters, nullptr);
   check_model_name(name);
   std::lock_guard<std::mutex> serial(load_mu_);
   const fs::path folder = fs::path(dir_) / name;
@@ -369,11 +419,12 @@ void Registry::load(const std::string& name) {
   std::vector<ModelPtr> loaded = load_model_dir(folder);
   std::map<long, ModelPtr> versions;
   std::string errors;
+  bool any_ready = false;
   for (auto& m : loaded) {
+    any_ready = any_ready || m->ready();
     if (!m->ready()) errors += (errors.empty() ? "" : "; ") + ("version " + m->version() + ": " + m->load_error());
     versions[std::stol(m->version())] = m;
   }
-  const bool any_ready = std::any_of(loaded.begin(), loaded.end(), [](const ModelPtr& m) { return m->ready(); });
   if (!any_ready) {
     throw BadRequest("model '" + name + "' not loaded (" +
                      (loaded.empty() ? std::string("no <version>/model.pt2 in its folder") : errors) +
@@ -391,8 +442,9 @@ void Registry::load(const std::string& name) {
   // `old` goes out of scope here; requests still running on those models keep them until they finish
 }
 
-void Registry::unload(const std::string& name) {
+void Registry::unload(const std::string& name, const std::vector<std::string>& parameters) {
   check_model_control();
+  check_parameters(parameters, "unload_dependents");
   std::lock_guard<std::mutex> serial(load_mu_);
   std::map<long, ModelPtr> old;
   {
@@ -474,46 +526,6 @@ size_t output_index(const pt2rt::Spec& spec, const std::string& name) {
   throw BadRequest("unknown output '" + name + "'");
 }
 
-namespace {
-std::vector<ModelPtr> load_model_dir(const fs::path& m) {
-  ModelConfig config;
-  std::string config_error;
-  try {
-    config = read_config((m / "config.json").string());
-  } catch (const std::exception& e) {
-    config_error = e.what();
-  }
-  std::vector<std::pair<long, fs::path>> versions;
-  for (const auto& e : fs::directory_iterator(m)) {
-    const std::string v = e.path().filename().string();
-    if (e.is_directory() && !v.empty() && v.size() < 10 && std::all_of(v.begin(), v.end(), ::isdigit) &&
-        fs::is_regular_file(e.path() / "model.pt2")) {
-      versions.emplace_back(std::stol(v), e.path());
-    }
-  }
-  std::sort(versions.begin(), versions.end());
-  if (versions.empty()) {
-    log("warning", "no <version>/model.pt2 in this model folder; skipped", {{"model", m.filename().string()}});
-  }
-  std::vector<ModelPtr> models;
-  for (const auto& [number, path] : versions) {
-    const auto start = std::chrono::steady_clock::now();
-    auto model = std::make_shared<Model>(m.filename().string(), std::to_string(number),
-                                         (path / "model.pt2").string(), config, config_error);
-    if (model->ready()) {
-      log("info", "model loaded", {{"model", model->name()}, {"version", model->version()},
-                                   {"variant", model->variant()}, {"batching", model->batching() ? "on" : "off"},
-                                   {"max_batch_size", std::to_string(model->max_batch_size())},
-                                   {"seconds", std::to_string(since_ns(start) / 1e9)}});
-    } else {
-      log("error", "model not loaded", {{"model", model->name()}, {"version", model->version()},
-                                        {"error", model->load_error()}});
-    }
-    models.push_back(std::move(model));
-  }
-  return models;
-}
-}  // namespace
 
 std::vector<ModelPtr> load_repository(const std::string& dir) {
   if (!fs::is_directory(dir)) throw std::runtime_error("model repository " + dir + " is not a directory");

@@ -119,10 +119,12 @@ class Registry {
   // Reads DIR/<name>/ again (config.json and every <version>/model.pt2) and serves what it holds instead of the
   // model's current versions, once at least one new version is ready; otherwise the current ones serve on and
   // this throws BadRequest with the load errors. NotFound when DIR has no such folder; BadRequest for a name that
-  // is not a plain folder name. One load or unload at a time.
-  void load(const std::string& name);
-  // Stops serving the model (NotFound when it is not served).
-  void unload(const std::string& name);
+  // is not a plain folder name. One load or unload at a time. `parameters`: the names of the request's load
+  // parameters (Triton's config and file overrides), refused rather than ignored.
+  void load(const std::string& name, const std::vector<std::string>& parameters = {});
+  // Stops serving the model (NotFound when it is not served); of the parameters only unload_dependents is taken
+  // (tritonclient sends it; there are no ensembles to unload with it).
+  void unload(const std::string& name, const std::vector<std::string>& parameters = {});
   struct IndexEntry {
     std::string name, version, state, reason;  // state: READY or UNAVAILABLE (reason: its load error)
   };

@@ -80,15 +80,17 @@ class Server {
     });
     svr.Post(R"(/v2/repository/models/([^/]+)/load)", [this](const httplib::Request& req, httplib::Response& res) {
       handle(res, [&] {
-        repository_body(req, "load");
-        registry_.load(req.matches[1]);
+        std::vector<std::string> parameters;
+        repository_body(req, "load", &parameters);
+        registry_.load(req.matches[1], parameters);
         reply(res, 200, json::object());
       });
     });
     svr.Post(R"(/v2/repository/models/([^/]+)/unload)", [this](const httplib::Request& req, httplib::Response& res) {
       handle(res, [&] {
-        repository_body(req, "unload");
-        registry_.unload(req.matches[1]);
+        std::vector<std::string> parameters;
+        repository_body(req, "unload", &parameters);
+        registry_.unload(req.matches[1], parameters);
         reply(res, 200, json::object());
       });
     });
@@ -375,9 +377,9 @@ class Server {
     return s;
   }
 
-  // A repository request's JSON body (may be empty); parameters (Triton's config or file overrides) are refused
-  // rather than ignored: pt2serve loads what the repository folder holds.
-  static json repository_body(const httplib::Request& req, const char* what) {
+  // A repository request's JSON body (may be empty) and the names of its parameters (the registry judges them).
+  static json repository_body(const httplib::Request& req, const char* what,
+                              std::vector<std::string>* parameters = nullptr) {
     if (req.body.empty()) return json::object();
     const json body = json::parse(req.body, nullptr, false);
     if (!body.is_object()) throw BadRequest(std::string(what) + ": the body is not a JSON object");
@@ -385,9 +387,7 @@ class Server {
       const json& p = body["parameters"];
       if (!p.is_object()) throw BadRequest(std::string(what) + ": parameters must be a JSON object");
       for (const auto& [key, value] : p.items()) {
-        if (key == "unload_dependents") continue;  // tritonclient's unload sends it; there are no ensembles here
-        throw BadRequest(std::string(what) + ": parameter '" + key + "' is not supported (pt2serve loads what " +
-                         "the repository folder holds)");
+        if (parameters) parameters->push_back(key);
       }
     }
     return body;

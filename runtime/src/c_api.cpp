@@ -81,19 +81,29 @@ pt2rt_dtype to_c(pt2rt::DType d) {
   return PT2RT_FLOAT32;  // unreachable: every DType is in the table
 }
 
+// The spec of input (or output) `index`; nullptr, with this thread's usage error set, when there is none.
+const pt2rt::TensorSpec* spec_at(const pt2rt_runtime* rt, size_t index, bool input, const char* function) {
+  if (rt == nullptr) {
+    fail(PT2RT_ERROR_USAGE, std::string(function) + ": runtime is NULL");
+    return nullptr;
+  }
+  const auto& specs = input ? rt->runtime.spec().inputs : rt->runtime.spec().outputs;
+  if (index >= specs.size()) {
+    fail(PT2RT_ERROR_USAGE, std::string(function) + ": index " + std::to_string(index) +
+                                " is out of range (the package has " + std::to_string(specs.size()) + ")");
+    return nullptr;
+  }
+  return &specs[index];
+}
+
 pt2rt_status tensor_spec(const pt2rt_runtime* rt, size_t index, bool input, const char** name, pt2rt_dtype* dtype,
                          const int64_t** shape, size_t* ndim) {
-  const char* function = input ? "pt2rt_input_spec" : "pt2rt_output_spec";
-  if (rt == nullptr) return fail(PT2RT_ERROR_USAGE, std::string(function) + ": runtime is NULL");
-  const auto& specs = input ? rt->runtime.spec().inputs : rt->runtime.spec().outputs;
-  if (index >= specs.size())
-    return fail(PT2RT_ERROR_USAGE, std::string(function) + ": index " + std::to_string(index) +
-                                       " is out of range (the package has " + std::to_string(specs.size()) + ")");
-  const pt2rt::TensorSpec& s = specs[index];
-  if (name) *name = s.name.c_str();
-  if (dtype) *dtype = to_c(s.dtype);
-  if (shape) *shape = s.shape.data();
-  if (ndim) *ndim = s.shape.size();
+  const pt2rt::TensorSpec* s = spec_at(rt, index, input, input ? "pt2rt_input_spec" : "pt2rt_output_spec");
+  if (s == nullptr) return PT2RT_ERROR_USAGE;
+  if (name) *name = s->name.c_str();
+  if (dtype) *dtype = to_c(s->dtype);
+  if (shape) *shape = s->shape.data();
+  if (ndim) *ndim = s->shape.size();
   return PT2RT_OK;
 }
 
@@ -229,30 +239,17 @@ pt2rt_status pt2rt_output_spec(const pt2rt_runtime* runtime, size_t index, const
 pt2rt_status pt2rt_input_dim_range(const pt2rt_runtime* runtime, size_t index, size_t dim, int64_t* min,
                                    int64_t* max) {
   return guarded("pt2rt_input_dim_range", [&] {
-    if (runtime == nullptr) return fail(PT2RT_ERROR_USAGE, "pt2rt_input_dim_range: runtime is NULL");
-    const auto& inputs = runtime->runtime.spec().inputs;
-    if (index >= inputs.size())
-      return fail(PT2RT_ERROR_USAGE, "pt2rt_input_dim_range: index " + std::to_string(index) +
-                                         " is out of range (the package has " + std::to_string(inputs.size()) + ")");
-    const pt2rt::TensorSpec& s = inputs[index];
+    const pt2rt::TensorSpec* spec = spec_at(runtime, index, true, "pt2rt_input_dim_range");
+    if (spec == nullptr) return PT2RT_ERROR_USAGE;
+    const pt2rt::TensorSpec& s = *spec;
     if (dim >= s.shape.size())
       return fail(PT2RT_ERROR_USAGE, "pt2rt_input_dim_range: input " + s.name + " has " +
                                          std::to_string(s.shape.size()) + " dims, no dim " + std::to_string(dim));
     int64_t lo = s.shape[dim], hi = s.shape[dim];
-    for (const auto& d : s.dynamic_dims) {
+    for (const auto& d : s.dynamic_dims) {  // the range run() checks (a derived dim carries its own)
       if (static_cast<size_t>(d.dim) != dim) continue;
-      if (d.of.empty()) {
-        lo = d.min;
-        hi = d.max ? *d.max : -1;
-      } else {  // derived: size = scale * <of> + offset, bounded by its source's range
-        lo = -1;
-        hi = -1;
-        for (const auto& src : s.dynamic_dims)
-          if (src.name == d.of && src.of.empty()) {
-            lo = d.scale * src.min + d.offset;
-            hi = src.max ? d.scale * *src.max + d.offset : -1;
-          }
-      }
+      lo = d.min;
+      hi = d.max ? *d.max : -1;
     }
     if (min) *min = lo;
     if (max) *max = hi;
