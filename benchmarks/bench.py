@@ -22,6 +22,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def machine() -> dict:
+    """This machine as the reports state it: CPU model, the ISA flags that matter here, cores, Python."""
+    info = Path("/proc/cpuinfo").read_text().splitlines()
+    cpu = next((ln.split(":", 1)[1].strip() for ln in info if ln.startswith("model name")), platform.processor())
+    flags = set(next((ln.split(":", 1)[1].split() for ln in info if ln.startswith("flags")), []))
+    isa = ", ".join(f for f in ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile") if f in flags)
+    return {"cpu": cpu, "isa": isa, "cores": os.cpu_count(), "python": platform.python_version()}
+
+
 def log(msg: str) -> None:
     print(f"bench: {msg}", file=sys.stderr, flush=True)
 
@@ -288,14 +297,7 @@ def main() -> int:
         if not p.exists():
             print(f"bench: error: {p} is missing (make build, make demo)", file=sys.stderr)
             return 2
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
-    flags = set(next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                      if line.startswith("flags")), []))
-    isa = ", ".join(f for f in ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile") if f in flags)
-    report: dict = {"machine": {"cpu": cpu, "isa": isa, "cores": os.cpu_count(), "torch": torch.__version__,
-                                "python": platform.python_version()},
-                    "command": " ".join(sys.argv)}
+    report: dict = {"machine": {**machine(), "torch": torch.__version__}, "command": " ".join(sys.argv)}
     min_time = 0.05 if args.quick else 0.3
     iters = 50 if args.quick else 1000
 

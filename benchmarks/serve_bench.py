@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import signal
 import socket
@@ -30,6 +29,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench import machine  # noqa: E402
 from serve_load import run_load  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,14 +85,6 @@ class Server:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-
-def machine() -> dict:
-    info = Path("/proc/cpuinfo").read_text().splitlines()
-    cpu = next((ln.split(":", 1)[1].strip() for ln in info if ln.startswith("model name")), platform.processor())
-    flags = set(next((ln.split(":", 1)[1].split() for ln in info if ln.startswith("flags")), []))
-    isa = ", ".join(f for f in ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile") if f in flags)
-    return {"cpu": cpu, "isa": isa, "cores": os.cpu_count(), "python": platform.python_version()}
 
 
 def sweep(server: str, config: str, package: str, port: int, model: str, args, points: list) -> None:
