@@ -5,11 +5,13 @@ BUILD_TYPE ?= Release
 TARGET ?= linux-aarch64
 export FLAVOUR BUILD_TYPE TARGET
 
-.PHONY: demo test test-aarch64 build cross-build bundle bootstrap sanitize tsan fuzz bench package clean
+.PHONY: demo test test-aarch64 test-x86-hosts container build cross-build bundle bootstrap sanitize tsan fuzz bench package clean
 demo:
 	@scripts/demo.sh
 test:
 	@scripts/test.sh
+test-x86-hosts:
+	@scripts/build.sh && scripts/test-x86-hosts.sh
 test-aarch64:
 	@scripts/test-aarch64.sh
 build:
@@ -28,6 +30,8 @@ fuzz:
 	@scripts/fuzz.sh
 bench:
 	@scripts/bench.sh
+container:
+	@scripts/container.sh
 package:
 	@scripts/package.sh
 clean:

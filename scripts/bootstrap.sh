@@ -5,9 +5,10 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # Debian packages -------------------------------------------------------------------------------
 APT_PACKAGES=(build-essential cmake ninja-build binutils git libssl-dev googletest libgtest-dev libgmock-dev
               libcli11-dev nlohmann-json3-dev libbenchmark-dev libcpp-httplib-dev
-              libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler python3-venv iproute2
+              libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler python3-venv iproute2 openssl
               clang libclang-rt-14-dev  # clang: libFuzzer targets (make fuzz)
-              libc++-dev libc++abi-dev mono-mcs mono-runtime rustc cargo)  # the C API's consumers (make test)
+              libc++-dev libc++abi-dev mono-mcs mono-runtime rustc cargo  # the C API's consumers (make test)
+              qemu-user)  # other host classes, emulated: x86-64 without AVX-512 or AVX, aarch64 (make test)
 ensure_debian_packages "${APT_PACKAGES[@]}"
 if [ "$FLAVOUR" = cuda ] && [ ! -x "$CUDA_ROOT/bin/nvcc" ]; then
   echo "error: the cuda flavour needs nvcc at $CUDA_ROOT/bin/nvcc (set CUDA_ROOT to the CUDA 13 toolkit)" >&2

@@ -10,9 +10,11 @@
 #include <thread>
 #include <vector>
 
+#include "test_env.h"
+
 namespace {
 
-const std::string kPackages = PT2RT_TEST_PACKAGES;
+const std::string kPackages = test_packages_dir();
 const char* kOps = IDENTITY_CONV_OPS_LIBRARY;
 
 pt2rt_runtime* load(const std::string& name, int runners = 1) {

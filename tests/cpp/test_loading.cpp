@@ -19,11 +19,13 @@
 #include <thread>
 #include <vector>
 
+#include "test_env.h"
+
 namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kPackages = PT2RT_TEST_PACKAGES;
+const std::string kPackages = test_packages_dir();
 const std::string kNet = kPackages + "/net_dynamic.pt2";
 const std::string kOp = kPackages + "/op_static.pt2";
 const std::string kOps = IDENTITY_CONV_OPS_LIBRARY;
@@ -307,7 +309,7 @@ TEST(Loading, TheLibraryNextToAPackageIsNotLoadedUnlessAskedFor) {
   fs::copy_file(kPackages + "/bad/unknown_library.pt2", dir / "net.pt2");
   std::ofstream(dir / "libnot_there.so") << "not a library";
   const std::string err = (tmp.dir() / "err.txt").string();
-  const std::string pt2run = std::string("env -i ") + PT2RUN_BINARY + " verify " + (dir / "net.pt2").string();
+  const std::string pt2run = "env -i " + pt2run_command() + " verify " + (dir / "net.pt2").string();
   EXPECT_EQ(shell(pt2run + " 2>" + err), 4);
   std::ifstream in(err);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

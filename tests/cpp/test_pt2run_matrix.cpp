@@ -19,11 +19,13 @@
 #include <memory>
 #include <string>
 
+#include "test_env.h"
+
 namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kP = PT2RT_TEST_PACKAGES;
+const std::string kP = test_packages_dir();
 const std::string kOps = IDENTITY_CONV_OPS_LIBRARY;
 const std::string kNet = kP + "/net_dynamic.pt2";
 
@@ -54,7 +56,7 @@ Result run_pt2run(std::string args, const fs::path& tmpdir, const std::string& o
   for (const char* name : {"ASAN_OPTIONS", "LSAN_OPTIONS", "UBSAN_OPTIONS"}) {  // under scripts/sanitize.sh
     if (const char* value = std::getenv(name)) env += std::string(" ") + name + "='" + value + "'";
   }
-  const std::string cmd = env + " " + PT2RUN_BINARY + " " + args + " >/dev/null 2>" + err.string();
+  const std::string cmd = env + " " + pt2run_command() + " " + args + " >/dev/null 2>" + err.string();
   const int status = std::system(cmd.c_str());
   Result r;
   r.signaled = WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) > 128);

@@ -22,14 +22,16 @@
 #include <tuple>
 #include <vector>
 
+#include "test_env.h"
+
 namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kPackages = PT2RT_TEST_PACKAGES;
+const std::string kPackages = test_packages_dir();
 const std::string kOps = IDENTITY_CONV_OPS_LIBRARY;
 const std::string kProbeOps = PT2RT_PROBE_OPS_LIBRARY;
-const std::string kPt2run = PT2RUN_BINARY;
+const std::string kPt2run = pt2run_command();
 const std::string kNet = kPackages + "/net_dynamic.pt2";
 const std::string kOp = kPackages + "/op_static.pt2";
 

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The x86-64 host classes of make test that this machine is not, emulated (scripts/emulate-x86.sh: qemu-x86_64
+# answers cpuid as that CPU and traps the instructions it lacks; timings there mean nothing):
+# - haswell, AVX2 only (x86-64-v3): the C++ tests' packages exported there (so "native" is that CPU's code), then
+#   test_ops, and every gtest of test_runtime in a process of its own (as ctest runs them), pt2run children emulated
+#   too; then tests/x86_hosts (pt2run's variant choice, the ops kernels picked there, bit for bit).
+# - nehalem, no AVX (x86-64-v2): test_ops, and tests/x86_hosts (pt2run picks the portable variant, refuses the
+#   others). Python does not run there: numpy's wheel executes AVX at import (SIGILL).
+# Runs on the build as it is: make test runs it after its own build and tests; make test-x86-hosts builds first.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+[ "$FLAVOUR" = cpu ] || { echo "error: the emulated x86 hosts run the cpu flavour" >&2; exit 2; }
+[ "$(uname -m)" = x86_64 ] || { echo "error: emulating x86-64 hosts needs an x86-64 machine" >&2; exit 2; }
+EMULATE=$ROOT/scripts/emulate-x86.sh
+OPS=$BUILD_DIR/lib/libidentity_conv_ops.so
+PACKAGES=$BUILD_DIR/test-packages-haswell
+status=0
+
+# Runs each gtest of binary $2 under host class $1 in its own process, $(nproc) at a time. Prints the log of each
+# that fails.
+each_gtest() {
+  local host=$1 binary=$2 logs
+  logs=$(mktemp -d /tmp/pt2rt-x86-hosts.XXXXXX)
+  "$binary" --gtest_list_tests | awk '/^[^ ]/ {suite = $1} /^  / {print suite $1}' \
+    >"$logs/list"
+  log "$(basename "$binary") on $host: $(wc -l <"$logs/list") tests, each under scripts/emulate-x86.sh $host"
+  EMULATE=$EMULATE HOST=$host BINARY=$binary LOGS=$logs xargs -P "$(nproc)" -I{} bash -c \
+    'log=$LOGS/$(echo "$1" | tr / _).log; "$EMULATE" "$HOST" "$BINARY" --gtest_filter="$1" >"$log" 2>&1 \
+       || { echo "FAILED on $HOST: $1"; cat "$log"; echo "$1" >>"$LOGS/failed"; }' _ {} <"$logs/list"
+  local failed=0
+  [ -f "$logs/failed" ] && failed=$(wc -l <"$logs/failed")
+  echo "$(basename "$binary") on $host: $failed failed"
+  rm -rf "$logs"
+  [ "$failed" -eq 0 ]
+}
+
+log "test packages exported on haswell (export_packages.py under emulation) -> $PACKAGES"
+IDENTITY_CONV_OPS_LIBRARY=$OPS PYTHONPATH=$ROOT "$EMULATE" haswell "$PYTHON" "$ROOT/tests/cpp/export_packages.py" \
+  --out "$PACKAGES" --probe-ops "$BUILD_DIR/lib/libpt2rt_probe_ops.so" || status=1
+
+export IDENTITY_CONV_OPS_LIBRARY=$OPS
+for host in haswell nehalem; do  # the op tests share no state: one process
+  log "test_ops on $host"
+  "$EMULATE" "$host" "$BUILD_DIR/bin/test_ops" --gtest_brief=1 || status=1
+done
+PT2RT_TEST_PACKAGES=$PACKAGES PT2RT_TEST_LAUNCHER="$EMULATE haswell" each_gtest haswell "$BUILD_DIR/bin/test_runtime" \
+  || status=1
+
+log "pytest tests/x86_hosts"
+(cd "$ROOT" && PT2RT_TEST_PACKAGES=$PACKAGES PT2RUN="$BUILD_DIR/bin/pt2run" \
+  "$PYTHON" -m pytest -q -p no:cacheprovider tests/x86_hosts) || status=1
+exit $status
