@@ -26,6 +26,8 @@ namespace detail {
 at::ScalarType to_scalar_type(DType dtype);
 std::optional<DType> from_scalar_type(at::ScalarType t);
 Tensor wrap(at::Tensor t);                 // makes it contiguous; no copy when it is already
+// A Usage error naming `who` for a negative dim or dims that multiply past int64 bytes.
+void check_shape(const TensorView& view, const char* who);
 at::Tensor borrow(const TensorView& view);  // no copy; the view must outlive the result
 std::string shape_str(const std::vector<int64_t>& shape);
 // The first line of an exception's message, without c10 backtraces.

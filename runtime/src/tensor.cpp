@@ -5,6 +5,7 @@
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/cuda.h>
 
+#include <cstdint>
 #include <cstring>
 
 #include <fstream>
@@ -66,7 +67,22 @@ Tensor wrap(at::Tensor t) {
   return Tensor(std::move(impl));
 }
 
+void check_shape(const TensorView& view, const char* who) {
+  // torch multiplies the dims into strides and a byte size: a shape whose dims (zeros aside) multiply past int64
+  // is refused here, before a c10::Error from inside torch (an empty tensor of such a shape included)
+  uint64_t span = dtype_size(view.dtype);
+  for (const int64_t d : view.shape) {
+    if (d < 0) throw Error(ErrorCode::Usage, std::string(who) + ": negative dim in the shape " + shape_str(view.shape));
+    if (d > 1 && span > static_cast<uint64_t>(INT64_MAX) / static_cast<uint64_t>(d)) {
+      throw Error(ErrorCode::Usage, std::string(who) + ": the shape " + shape_str(view.shape) +
+                                        " is too large (its dims multiply past 2^63 bytes)");
+    }
+    if (d > 1) span *= static_cast<uint64_t>(d);
+  }
+}
+
 at::Tensor borrow(const TensorView& view) {
+  check_shape(view, "tensor view");
   auto options = at::TensorOptions().dtype(to_scalar_type(view.dtype));
   options = view.device == Device::CUDA ? options.device(at::kCUDA, static_cast<c10::DeviceIndex>(view.device_index))
                                         : options.device(at::kCPU);
@@ -88,9 +104,10 @@ Tensor::Tensor() : impl_(std::make_shared<Impl>(Impl{at::Tensor(), {}, DType::Fl
 Tensor::Tensor(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Tensor Tensor::copy_of(const TensorView& view) {
+  detail::check_shape(view, "Tensor::copy_of");
   if (view.data == nullptr && !view.shape.empty()) {
     int64_t n = 1;
-    for (auto d : view.shape) n *= d;
+    for (auto d : view.shape) n *= d;  // no overflow: checked above
     if (n != 0) throw Error(ErrorCode::Usage, "Tensor::copy_of: the view's data is null");
   }
   return detail::wrap(detail::borrow(view).to(at::kCPU, /*non_blocking=*/false, /*copy=*/true));

@@ -626,6 +626,18 @@ TEST(Documented, TensorCopyOfOwnsItsMemoryAndMutableDataWrites) {
   EXPECT_EQ(static_cast<const float*>(cpu.data())[5], -1.0f);
 }
 
+TEST(Documented, TensorCopyOfRefusesShapesTorchCannotHold) {
+  // an empty tensor whose other dims multiply past int64 (found by fuzz_grpc_request: a c10::Error escaped)
+  const int64_t huge = int64_t{1} << 62;
+  EXPECT_ERROR(pt2rt::Tensor::copy_of(pt2rt::TensorView{nullptr, {0, huge, 4}, pt2rt::DType::Float32}),
+               pt2rt::ErrorCode::Usage, "Tensor::copy_of: the shape [0, 4611686018427387904, 4] is too large");
+  EXPECT_ERROR(pt2rt::Tensor::copy_of(pt2rt::TensorView{nullptr, {2, -1}, pt2rt::DType::Float32}),
+               pt2rt::ErrorCode::Usage, "Tensor::copy_of: negative dim in the shape [2, -1]");
+  const pt2rt::Tensor empty = pt2rt::Tensor::copy_of(pt2rt::TensorView{nullptr, {0, 1 << 20, 8}, pt2rt::DType::Int8});
+  EXPECT_EQ(empty.shape(), (std::vector<int64_t>{0, 1 << 20, 8}));
+  EXPECT_EQ(empty.nbytes(), 0u);
+}
+
 TEST(Documented, TensorToADevice) {
   const at::Tensor a = at::arange(6, at::kFloat).reshape({2, 3});
   const pt2rt::Tensor t = pt2rt::from_aten(a);
