@@ -83,6 +83,42 @@ def conv_heavy_net():
     return model, (torch.randn(2, 3, 64, 64, generator=gen),)
 
 
+class ConvClassifierNet(torch.nn.Module):
+    """An image classifier of the shape services batch: a stem conv, IdentityConvClass and the stateless op at full
+    resolution, then stride-2 stages that trade resolution for channels (64x64 -> 4x4, 32 -> 512), a global average
+    pool and a linear head. Its deep layers stream more weight bytes than they compute on at batch 1, which is what
+    batching amortises."""
+
+    STAGES = ((64, 1), (64, 2), (128, 1), (128, 2), (256, 1), (256, 2), (512, 1))
+
+    def __init__(self, classes: int = 10):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 32, 3, stride=2, padding=1)
+        self.depthwise = torch.classes.my_ops.IdentityConvClass(32, 3)
+        layers, c = [], 32
+        for width, stride in self.STAGES:
+            layers += [torch.nn.Conv2d(c, width, 3, stride=stride, padding=1), torch.nn.ReLU()]
+            c = width
+        self.features = torch.nn.Sequential(*layers)
+        self.head = torch.nn.Linear(c, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.stem(x))
+        y = torch.ops.my_ops.identity_conv_op(self.depthwise.forward(y))
+        return self.head(self.features(y).mean((2, 3)))
+
+
+def conv_classifier_net():
+    gen = torch.Generator().manual_seed(3)
+    model = ConvClassifierNet().eval()
+    model.depthwise.set_weight(torch.randn(32, 1, 3, 3, generator=gen))
+    with torch.no_grad():
+        for p in model.parameters():
+            fan_in = p[0].numel() if p.dim() > 1 else 100
+            p.copy_(torch.randn(p.shape, generator=gen) * (2.0 / fan_in) ** 0.5)  # He: activations stay O(1)
+    return model, (torch.randn(2, 3, 64, 64, generator=gen),)
+
+
 def identity_conv_op_only():
     gen = torch.Generator().manual_seed(1)
     return IdentityConvOpOnly().eval(), (torch.randn(2, 3, 16, 16, generator=gen),)

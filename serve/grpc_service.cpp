@@ -5,6 +5,7 @@
 #include <map>
 #include <optional>
 
+#include "grpc_infer.h"
 #include "model.h"
 #include "open_inference_grpc.grpc.pb.h"
 
@@ -16,48 +17,6 @@ namespace {
 using grpc::ServerContext;
 using grpc::Status;
 using grpc::StatusCode;
-
-template <typename T>
-void append(std::vector<uint8_t>& out, const google::protobuf::RepeatedField<T>& values, size_t size) {
-  for (const T v : values) {
-    const size_t at = out.size();
-    out.resize(at + size);
-    switch (size) {
-      case 1: { const uint8_t x = static_cast<uint8_t>(v); std::memcpy(out.data() + at, &x, 1); break; }
-      case 2: { const int16_t x = static_cast<int16_t>(v); std::memcpy(out.data() + at, &x, 2); break; }
-      case 4: {
-        if constexpr (std::is_floating_point_v<T>) {
-          const float x = static_cast<float>(v);
-          std::memcpy(out.data() + at, &x, 4);
-        } else {
-          const int32_t x = static_cast<int32_t>(v);
-          std::memcpy(out.data() + at, &x, 4);
-        }
-        break;
-      }
-      default: { const T x = v; std::memcpy(out.data() + at, &x, sizeof(T)); break; }
-    }
-  }
-}
-
-// An input's bytes from InferTensorContents, by its datatype's field of the protocol.
-std::vector<uint8_t> from_contents(const inference::InferTensorContents& c, pt2rt::DType dtype, const std::string& name) {
-  using pt2rt::DType;
-  std::vector<uint8_t> out;
-  switch (dtype) {
-    case DType::Float32: append(out, c.fp32_contents(), 4); break;
-    case DType::Float64: append(out, c.fp64_contents(), 8); break;
-    case DType::Int64: append(out, c.int64_contents(), 8); break;
-    case DType::Int32: append(out, c.int_contents(), 4); break;
-    case DType::Int16: append(out, c.int_contents(), 2); break;
-    case DType::Int8: append(out, c.int_contents(), 1); break;
-    case DType::UInt8: append(out, c.uint_contents(), 1); break;
-    case DType::Bool: append(out, c.bool_contents(), 1); break;
-    default:
-      throw BadRequest("input '" + name + "': " + datatype_name(dtype) + " tensors go in raw_input_contents");
-  }
-  return out;
-}
 
 class Service final : public inference::GRPCInferenceService::Service {
  public:
@@ -162,42 +121,12 @@ class Service final : public inference::GRPCInferenceService::Service {
 
   void infer(Model& m, const inference::ModelInferRequest& q, inference::ModelInferResponse* r) const {
     const auto& spec = m.spec();
-    const bool raw = q.raw_input_contents_size() > 0;
-    if (raw && q.raw_input_contents_size() != q.inputs_size()) {
-      throw BadRequest("raw_input_contents has " + std::to_string(q.raw_input_contents_size()) +
-                       " entries for " + std::to_string(q.inputs_size()) + " inputs");
-    }
-    RequestInputs inputs(spec, max_bytes_);
-    for (int k = 0; k < q.inputs_size(); ++k) {
-      const auto& in = q.inputs(k);
-      const auto slot = inputs.check(in.name(), in.datatype(), {in.shape().begin(), in.shape().end()});
-      if (raw) {
-        const std::string& blob = q.raw_input_contents(k);
-        if (blob.size() != slot.bytes) {
-          throw BadRequest("input '" + in.name() + "': raw_input_contents has " + std::to_string(blob.size()) +
-                           " bytes, its shape and datatype need " + std::to_string(slot.bytes));
-        }
-        inputs.set(slot, blob.data());
-      } else {
-        const auto data = from_contents(in.contents(), slot.dtype, in.name());
-        if (data.size() != slot.bytes) {
-          throw BadRequest("input '" + in.name() + "': contents hold " +
-                           std::to_string(data.size() / itemsize(slot.dtype)) + " elements, its shape " +
-                           std::to_string(slot.count));
-        }
-        inputs.set(slot, data.data());
-      }
-    }
-    auto outputs = m.infer(inputs.take());
-    std::vector<size_t> wanted;
-    for (const auto& o : q.outputs()) wanted.push_back(output_index(spec, o.name()));
-    if (wanted.empty()) {
-      for (size_t i = 0; i < spec.outputs.size(); ++i) wanted.push_back(i);
-    }
+    auto request = parse_grpc_infer(spec, q, max_bytes_);
+    const auto outputs = m.infer(std::move(request.inputs));
     r->set_model_name(m.name());
     r->set_model_version(m.version());
     r->set_id(q.id());
-    for (const size_t i : wanted) {
+    for (const size_t i : request.outputs) {
       const auto& t = outputs[i];
       auto* out = r->add_outputs();
       out->set_name(spec.outputs[i].name);
@@ -225,11 +154,21 @@ struct GrpcServer::Impl {
   std::unique_ptr<grpc::Server> server;
 };
 
-GrpcServer::GrpcServer(Registry& registry, const std::string& host, int port, size_t max_message_bytes)
+GrpcServer::GrpcServer(Registry& registry, const std::string& host, int port, size_t max_message_bytes,
+                       const TlsPem& tls)
     : impl_(std::make_unique<Impl>()) {
   impl_->service = std::make_unique<Service>(registry, max_message_bytes);
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (!tls.cert.empty()) {
+    grpc::SslServerCredentialsOptions options(
+        tls.client_ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                              : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    options.pem_key_cert_pairs.push_back({tls.key, tls.cert});
+    options.pem_root_certs = tls.client_ca;
+    credentials = grpc::SslServerCredentials(options);
+  }
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(host + ":" + std::to_string(port), grpc::InsecureServerCredentials(), &port_);
+  builder.AddListeningPort(host + ":" + std::to_string(port), credentials, &port_);
   builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<size_t>(max_message_bytes, INT32_MAX)));
   builder.SetMaxSendMessageSize(INT32_MAX);
   builder.RegisterService(impl_->service.get());

@@ -318,10 +318,41 @@ std::vector<ModelPtr> load_model_dir(const fs::path& m) {
   }
   return models;
 }
+
+// The model folders of a repository, by name; a name starting with '.' is not a model (a VCS folder, or a
+// Kubernetes volume's ..data link and its timestamped folders).
+std::vector<fs::path> model_folders(const fs::path& dir) {
+  std::vector<fs::path> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.is_directory() && e.path().filename().string().rfind('.', 0) != 0) out.push_back(e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// What poll() compares: config.json and each <version>/model.pt2 as (name, size, modification time).
+std::string folder_state(const fs::path& m) {
+  std::string state;
+  const auto add = [&state](const fs::path& file, const std::string& key) {
+    std::error_code ec;
+    if (!fs::is_regular_file(file, ec)) return;
+    const auto size = fs::file_size(file, ec);
+    const auto time = fs::last_write_time(file, ec).time_since_epoch().count();
+    state += key + ":" + std::to_string(size) + ":" + std::to_string(time) + ";";
+  };
+  add(m / "config.json", "config");
+  std::vector<std::string> versions;
+  for (const auto& e : fs::directory_iterator(m)) {
+    if (e.is_directory()) versions.push_back(e.path().filename().string());
+  }
+  std::sort(versions.begin(), versions.end());
+  for (const auto& v : versions) add(m / v / "model.pt2", v);
+  return state;
+}
 }  // namespace
 
-Registry::Registry(std::string dir, std::vector<ModelPtr> models, bool model_control)
-    : dir_(std::move(dir)), model_control_(model_control) {
+Registry::Registry(std::string dir, std::vector<ModelPtr> models, ModelControl control)
+    : dir_(std::move(dir)), control_(control) {
   for (auto& m : models) by_name_[m->name()][std::stol(m->version())] = m;
 }
 
@@ -395,7 +426,11 @@ void check_parameters(const std::vector<std::string>& parameters, const char* al
 }  // namespace
 
 void Registry::check_model_control() const {
-  if (!model_control_) {
+  if (control_ == ModelControl::Poll) {
+    throw BadRequest("pt2serve follows the model repository (--model-control-mode poll): change the folder to load "
+                     "or unload models, or start it with --model-control-mode explicit");
+  }
+  if (control_ != ModelControl::Explicit) {
     throw BadRequest("loading and unloading models is off: start pt2serve with --model-control-mode explicit");
   }
 }
@@ -414,6 +449,10 @@ void Registry::load(const std::string& name, const std::vector<std::string>& par
   check_parameters(parameters, nullptr);
   check_model_name(name);
   std::lock_guard<std::mutex> serial(load_mu_);
+  load_folder(name);
+}
+
+void Registry::load_folder(const std::string& name) {
   const fs::path folder = fs::path(dir_) / name;
   if (!fs::is_directory(folder)) throw NotFound("the model repository has no folder '" + name + "'");
   std::vector<ModelPtr> loaded = load_model_dir(folder);
@@ -426,9 +465,17 @@ void Registry::load(const std::string& name, const std::vector<std::string>& par
     versions[std::stol(m->version())] = m;
   }
   if (!any_ready) {
-    throw BadRequest("model '" + name + "' not loaded (" +
-                     (loaded.empty() ? std::string("no <version>/model.pt2 in its folder") : errors) +
-                     "); the versions served before serve on");
+    const std::string why = loaded.empty() ? std::string("no <version>/model.pt2 in its folder") : errors;
+    bool serving = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const auto it = by_name_.find(name);
+      serving = it != by_name_.end() && std::any_of(it->second.begin(), it->second.end(),
+                                                    [](const auto& v) { return v.second->ready(); });
+      if (!serving && !versions.empty()) by_name_[name] = std::move(versions);  // listed, not ready (as at start)
+    }
+    throw BadRequest("model '" + name + "' not loaded (" + why + ")" +
+                     (serving ? "; the versions served before serve on" : ""));
   }
   std::map<long, ModelPtr> old;
   {
@@ -446,6 +493,10 @@ void Registry::unload(const std::string& name, const std::vector<std::string>& p
   check_model_control();
   check_parameters(parameters, "unload_dependents");
   std::lock_guard<std::mutex> serial(load_mu_);
+  unload_served(name);
+}
+
+void Registry::unload_served(const std::string& name) {
   std::map<long, ModelPtr> old;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -455,6 +506,38 @@ void Registry::unload(const std::string& name, const std::vector<std::string>& p
     by_name_.erase(it);
   }
   log("info", "model unloaded", {{"model", name}, {"versions", std::to_string(old.size())}});
+}
+
+void Registry::poll() {
+  std::lock_guard<std::mutex> serial(load_mu_);
+  std::map<std::string, std::string> now;
+  try {
+    for (const auto& m : model_folders(dir_)) now[m.filename().string()] = folder_state(m);
+  } catch (const std::exception& e) {
+    log("warning", "cannot read the model repository; nothing changed", {{"error", e.what()}});
+    return;
+  }
+  for (const auto& [name, state] : now) {
+    const auto seen = polled_.find(name);
+    if (seen != polled_.end() && seen->second == state) continue;
+    polled_[name] = state;  // before loading: a file that changes while it loads is loaded again next time
+    try {
+      load_folder(name);
+    } catch (const std::exception& e) {
+      log("error", "model folder not loaded", {{"model", name}, {"error", e.what()}});
+    }
+  }
+  for (auto it = polled_.begin(); it != polled_.end();) {
+    if (now.count(it->first)) {
+      ++it;
+      continue;
+    }
+    try {
+      unload_served(it->first);
+    } catch (const NotFound&) {  // it was never served
+    }
+    it = polled_.erase(it);
+  }
 }
 
 namespace {
@@ -493,13 +576,15 @@ RequestInputs::Slot RequestInputs::check(const std::string& name, const std::str
   slot.shape = shape;
   slot.count = 1;
   const size_t limit = max_bytes_ / itemsize(slot.dtype);
+  size_t span = 1;  // the dims' product with zeros as ones: an empty tensor's other dims are bounded too
   for (const int64_t d : shape) {
     if (d < 0) throw BadRequest("input '" + name + "': negative dim in its shape");
-    // count * d <= limit, asked without overflowing
-    if (d > 0 && slot.count > limit / static_cast<size_t>(d)) {
+    // span * d <= limit, asked without overflowing
+    if (d > 1 && span > limit / static_cast<size_t>(d)) {
       throw BadRequest("input '" + name + "' is larger than the request limit of " + std::to_string(max_bytes_) +
                        " bytes (--max-request-mb)");
     }
+    span *= static_cast<size_t>(std::max<int64_t>(d, 1));
     slot.count *= static_cast<size_t>(d);
   }
   slot.bytes = slot.count * itemsize(slot.dtype);
@@ -529,13 +614,8 @@ size_t output_index(const pt2rt::Spec& spec, const std::string& name) {
 
 std::vector<ModelPtr> load_repository(const std::string& dir) {
   if (!fs::is_directory(dir)) throw std::runtime_error("model repository " + dir + " is not a directory");
-  std::vector<fs::path> model_dirs;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    if (e.is_directory()) model_dirs.push_back(e.path());
-  }
-  std::sort(model_dirs.begin(), model_dirs.end());
   std::vector<ModelPtr> models;
-  for (const auto& m : model_dirs) {
+  for (const auto& m : model_folders(dir)) {
     for (auto& model : load_model_dir(m)) models.push_back(std::move(model));
   }
   return models;

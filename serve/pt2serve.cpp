@@ -3,12 +3,17 @@
 #include <atomic>
 #include <chrono>
 #include <cerrno>
+#include <condition_variable>
 #include <csignal>
 #include <pthread.h>
 #include <sys/socket.h>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -19,6 +24,7 @@
 #include <pt2rt/pt2rt.h>
 
 #include "grpc_service.h"
+#include "http_infer.h"
 #include "log.h"
 #include "model.h"
 
@@ -162,66 +168,6 @@ class Server {
                      {"outputs", outputs}});
   }
 
-  static void fill_from_json(const json& data, DType dtype, uint8_t* out, size_t count, const std::string& name) {
-    std::vector<const json*> flat;
-    std::vector<const json*> stack{&data};
-    while (!stack.empty()) {  // row-major flattening of nested lists
-      const json* j = stack.back();
-      stack.pop_back();
-      if (j->is_array()) {
-        for (auto it = j->rbegin(); it != j->rend(); ++it) stack.push_back(&*it);
-      } else {
-        flat.push_back(j);
-      }
-    }
-    if (flat.size() != count) {
-      throw BadRequest("input '" + name + "': data has " + std::to_string(flat.size()) + " elements, its shape " +
-                       std::to_string(count));
-    }
-    for (size_t i = 0; i < count; ++i) {
-      const json& v = *flat[i];
-      const auto number = [&]() {
-        if (!v.is_number() && !v.is_boolean())
-          throw BadRequest("input '" + name + "': element " + std::to_string(i) + " is not a number");
-        return v.is_boolean() ? (v.get<bool>() ? 1.0 : 0.0) : v.get<double>();
-      };
-      switch (dtype) {
-        case DType::Float32: { const float f = static_cast<float>(number()); std::memcpy(out + 4 * i, &f, 4); break; }
-        case DType::Float64: { const double d = number(); std::memcpy(out + 8 * i, &d, 8); break; }
-        case DType::Int64: { const int64_t x = v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(number()); std::memcpy(out + 8 * i, &x, 8); break; }
-        case DType::Int32: { const int32_t x = static_cast<int32_t>(number()); std::memcpy(out + 4 * i, &x, 4); break; }
-        case DType::Int16: { const int16_t x = static_cast<int16_t>(number()); std::memcpy(out + 2 * i, &x, 2); break; }
-        case DType::Int8: { const int8_t x = static_cast<int8_t>(number()); out[i] = static_cast<uint8_t>(x); break; }
-        case DType::UInt8: out[i] = static_cast<uint8_t>(number()); break;
-        case DType::Bool: out[i] = number() != 0 ? 1 : 0; break;
-        default:
-          throw BadRequest("input '" + name + "': " + datatype_name(dtype) +
-                           " tensors go as binary data (the binary tensor data extension), not JSON");
-      }
-    }
-  }
-
-  static json to_json(const pt2rt::Tensor& t) {
-    json data = json::array();
-    const auto* p = static_cast<const uint8_t*>(t.data());
-    const auto n = static_cast<size_t>(t.numel());
-    for (size_t i = 0; i < n; ++i) {
-      switch (t.dtype()) {
-        case DType::Float32: { float f; std::memcpy(&f, p + 4 * i, 4); data.push_back(f); break; }
-        case DType::Float64: { double d; std::memcpy(&d, p + 8 * i, 8); data.push_back(d); break; }
-        case DType::Int64: { int64_t x; std::memcpy(&x, p + 8 * i, 8); data.push_back(x); break; }
-        case DType::Int32: { int32_t x; std::memcpy(&x, p + 4 * i, 4); data.push_back(x); break; }
-        case DType::Int16: { int16_t x; std::memcpy(&x, p + 2 * i, 2); data.push_back(x); break; }
-        case DType::Int8: data.push_back(static_cast<int8_t>(p[i])); break;
-        case DType::UInt8: data.push_back(p[i]); break;
-        case DType::Bool: data.push_back(p[i] != 0); break;
-        default: throw BadRequest(std::string("output datatype ") + datatype_name(t.dtype()) +
-                                  " goes as binary data: ask for it with \"binary_data\": true");
-      }
-    }
-    return data;
-  }
-
   void infer(const httplib::Request& req, httplib::Response& res) {
     ModelPtr m = find(req, true);
     m->stats().requests++;
@@ -234,105 +180,36 @@ class Server {
   }
 
   void infer_checked(Model& m, const httplib::Request& req, httplib::Response& res) {
-    if (req.body.size() > max_request_bytes_) {
-      throw BadRequest("the request has " + std::to_string(req.body.size()) + " bytes, more than the limit " +
-                       std::to_string(max_request_bytes_) + " (--max-request-mb)");
-    }
-    size_t json_size = req.body.size();
-    if (req.has_header(kHeaderLength)) {
-      const std::string v = req.get_header_value(kHeaderLength);
-      try {
-        json_size = static_cast<size_t>(std::stoull(v));
-      } catch (const std::exception&) {
-        throw BadRequest(std::string(kHeaderLength) + " must be a number of bytes, got '" + v + "'");
-      }
-      if (json_size > req.body.size()) {
-        throw BadRequest(std::string(kHeaderLength) + " is " + v + ", but the body has " +
-                         std::to_string(req.body.size()) + " bytes");
-      }
-    }
-    json body;
-    try {
-      body = json::parse(req.body.begin(), req.body.begin() + static_cast<std::ptrdiff_t>(json_size));
-    } catch (const std::exception& e) {
-      throw BadRequest(std::string("the request is not JSON: ") + e.what());
-    }
-    if (!body.is_object() || !body.contains("inputs") || !body["inputs"].is_array()) {
-      throw BadRequest("expected a JSON object with \"inputs\": [...]");
-    }
+    const bool has_length = req.has_header(kHeaderLength);
+    const std::string length = has_length ? req.get_header_value(kHeaderLength) : "";
+    HttpInferRequest parsed = parse_http_infer(m.spec(), req.body, has_length ? &length : nullptr, max_request_bytes_);
+    const auto outputs = m.infer(std::move(parsed.inputs));
     const auto& spec = m.spec();
-    RequestInputs inputs(spec, max_request_bytes_);
-    size_t offset = json_size;
-    for (const auto& in : body["inputs"]) {
-      if (!in.is_object() || !in.contains("name") || !in["name"].is_string() || !in.contains("shape") ||
-          !in["shape"].is_array() || !in.contains("datatype") || !in["datatype"].is_string()) {
-        throw BadRequest("each input needs \"name\", \"shape\" and \"datatype\"");
-      }
-      const std::string name = in["name"];
-      std::vector<int64_t> shape;
-      for (const auto& d : in["shape"]) {
-        if (!d.is_number_integer()) throw BadRequest("input '" + name + "': its shape must be a list of integers");
-        shape.push_back(d.get<int64_t>());
-      }
-      const auto slot = inputs.check(name, in["datatype"], shape);
-      const auto params = in.value("parameters", json::object());
-      if (params.contains("binary_data_size")) {
-        const auto size = params["binary_data_size"];
-        if (!size.is_number_unsigned() || size.get<size_t>() != slot.bytes) {
-          throw BadRequest("input '" + name + "': binary_data_size must be " + std::to_string(slot.bytes) +
-                           " for shape and datatype given");
-        }
-        if (slot.bytes > req.body.size() - offset) {
-          throw BadRequest("input '" + name + "': the body ends before its " + std::to_string(slot.bytes) + " bytes");
-        }
-        inputs.set(slot, req.body.data() + offset);
-        offset += slot.bytes;
-      } else if (in.contains("data")) {
-        std::vector<uint8_t> buffer(slot.bytes);
-        fill_from_json(in["data"], slot.dtype, buffer.data(), slot.count, name);
-        inputs.set(slot, buffer.data());
-      } else {
-        throw BadRequest("input '" + name + "' has neither \"data\" nor parameters.binary_data_size");
-      }
-    }
-    if (offset != req.body.size()) {
-      throw BadRequest("the body has " + std::to_string(req.body.size() - offset) + " bytes no input claims");
-    }
-
-    auto outputs = m.infer(inputs.take());
-
-    // which outputs, and which as binary data
-    const bool binary_default = body.value("parameters", json::object()).value("binary_data_output", false);
-    std::vector<std::pair<size_t, bool>> wanted;
-    if (body.contains("outputs") && body["outputs"].is_array()) {
-      for (const auto& o : body["outputs"]) {
-        wanted.emplace_back(output_index(spec, o.value("name", "")),
-                            o.value("parameters", json::object()).value("binary_data", binary_default));
-      }
-    } else {
-      for (size_t i = 0; i < spec.outputs.size(); ++i) wanted.emplace_back(i, binary_default);
-    }
     json out = {{"model_name", m.name()}, {"model_version", m.version()}, {"outputs", json::array()}};
-    if (body.contains("id")) out["id"] = body["id"];
-    std::string binary;
-    for (const auto& [i, as_binary] : wanted) {
+    if (!parsed.id.is_null()) out["id"] = parsed.id;
+    std::vector<const pt2rt::Tensor*> binary;  // appended after the JSON, in order
+    for (const auto& [i, as_binary] : parsed.outputs) {
       const auto& t = outputs[i];
       json o = {{"name", spec.outputs[i].name}, {"datatype", datatype_name(t.dtype())}, {"shape", t.shape()}};
       if (as_binary) {
         o["parameters"] = {{"binary_data_size", t.nbytes()}};
-        binary.append(static_cast<const char*>(t.data()), t.nbytes());
+        binary.push_back(&t);
       } else {
-        o["data"] = to_json(t);
+        o["data"] = tensor_to_json(t);
       }
       out["outputs"].push_back(std::move(o));
     }
-    const std::string header = out.dump(-1, ' ', false, json::error_handler_t::replace);
+    std::string body = out.dump(-1, ' ', false, json::error_handler_t::replace);
     res.status = 200;
     if (binary.empty()) {
-      res.set_content(header, "application/json");
+      res.set_content(body, "application/json");
     } else {
-      res.set_header(kHeaderLength, std::to_string(header.size()));
-      res.set_content(header + binary, "application/octet-stream");
+      res.set_header(kHeaderLength, std::to_string(body.size()));
+      size_t total = body.size();
+      for (const auto* t : binary) total += t->nbytes();
+      body.reserve(total);
+      for (const auto* t : binary) body.append(static_cast<const char*>(t->data()), t->nbytes());
+      res.set_content(body, "application/octet-stream");
     }
   }
 
@@ -397,6 +274,14 @@ class Server {
   size_t max_request_bytes_;
 };
 
+// A PEM file's contents; one that cannot be read, or is empty, throws (an empty one would mean "no TLS" to gRPC).
+std::string read_pem(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  std::string text(std::istreambuf_iterator<char>(in), {});
+  if (text.empty()) throw std::runtime_error(path + " is empty: expected PEM");
+  return text;
+}
 }  // namespace
 }  // namespace pt2serve
 
@@ -405,7 +290,7 @@ int main(int argc, char** argv) {
   CLI::App app{"pt2serve: the models of a repository over the Open Inference Protocol (KServe v2)"};
   std::string repository, host = "127.0.0.1";
   int http_port = 8000, grpc_port = 8001, threads = 64;
-  double max_request_mb = 64, shutdown_seconds = 30;
+  double max_request_mb = 64, shutdown_seconds = 30, poll_seconds = 15;
   std::string model_control = "none";
   app.add_option("--model-repository", repository, "DIR/<model>/<version>/model.pt2 (+ DIR/<model>/config.json)")
       ->required();
@@ -422,9 +307,23 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--model-control-mode", model_control,
                  "none: the models loaded at start serve until exit; explicit: POST /v2/repository/models/{m}/load "
-                 "and /unload (re)load and unload them while serving")
+                 "and /unload (re)load and unload them while serving; poll: follow the repository folder (new, "
+                 "changed and removed models and versions) every --repository-poll-secs")
       ->capture_default_str()
-      ->check(CLI::IsMember({"none", "explicit"}));
+      ->check(CLI::IsMember({"none", "explicit", "poll"}));
+  app.add_option("--repository-poll-secs", poll_seconds, "how often --model-control-mode poll reads the repository")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 86400.0));
+  std::string tls_cert, tls_key, tls_client_ca;
+  auto* cert_opt = app.add_option("--tls-cert", tls_cert, "PEM certificate (chain): HTTPS and gRPC over TLS")
+                       ->check(CLI::ExistingFile);
+  auto* key_opt = app.add_option("--tls-key", tls_key, "PEM private key of --tls-cert")->check(CLI::ExistingFile);
+  cert_opt->needs(key_opt);
+  key_opt->needs(cert_opt);
+  app.add_option("--tls-client-ca", tls_client_ca,
+                 "PEM CA certificates: clients must present a certificate one of them signed (mutual TLS)")
+      ->check(CLI::ExistingFile)
+      ->needs(cert_opt);
   app.set_version_flag("--version", std::string("pt2serve ") + PT2SERVE_VERSION);
   try {
     app.parse(argc, argv);
@@ -438,17 +337,48 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
+  // TLS first: a bad certificate stops the start before any model loads
+  TlsPem tls;
+  if (!tls_cert.empty()) {
+    try {
+      tls = {read_pem(tls_cert), read_pem(tls_key), tls_client_ca.empty() ? "" : read_pem(tls_client_ca)};
+    } catch (const std::exception& e) {
+      log("error", e.what());
+      return 2;
+    }
+  }
+  std::unique_ptr<httplib::Server> http;
+  if (tls_cert.empty()) {
+    http = std::make_unique<httplib::Server>();
+  } else {
+    auto https = std::make_unique<httplib::SSLServer>(tls_cert.c_str(), tls_key.c_str(),
+                                                      tls_client_ca.empty() ? nullptr : tls_client_ca.c_str());
+    if (!https->is_valid()) {
+      log("error", "cannot use the TLS certificate and key (not PEM, or the key is not the certificate's)",
+          {{"tls_cert", tls_cert}, {"tls_key", tls_key}, {"tls_client_ca", tls_client_ca}});
+      return 2;
+    }
+    http = std::move(https);
+  }
+  httplib::Server& svr = *http;
+  const ModelControl control = model_control == "explicit" ? ModelControl::Explicit
+                               : model_control == "poll"   ? ModelControl::Poll
+                                                           : ModelControl::None;
   std::vector<ModelPtr> models;
   try {
-    models = load_repository(repository);
+    if (control != ModelControl::Poll) {
+      models = load_repository(repository);
+    } else if (!std::filesystem::is_directory(repository)) {
+      throw std::runtime_error("model repository " + repository + " is not a directory");
+    }
   } catch (const std::exception& e) {
     log("error", e.what());
     return 2;
   }
   const size_t max_request_bytes = static_cast<size_t>(max_request_mb * 1024 * 1024);
-  Registry registry(repository, std::move(models), model_control == "explicit");
+  Registry registry(repository, std::move(models), control);
+  if (control == ModelControl::Poll) registry.poll();  // the first poll loads every model
   Server server(registry, max_request_bytes);
-  httplib::Server svr;
   svr.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   svr.set_payload_max_length(max_request_bytes + (1 << 20));
   // httplib closes a keep-alive connection after 5 requests by default: at 64 clients the reconnects overflowed its
@@ -475,14 +405,29 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<GrpcServer> grpc_server;
   if (grpc_port >= 0) {
-    grpc_server = std::make_unique<GrpcServer>(registry, host, grpc_port, max_request_bytes);
+    grpc_server = std::make_unique<GrpcServer>(registry, host, grpc_port, max_request_bytes, tls);
     if (grpc_server->port() <= 0) {
       log("error", "cannot listen (gRPC)", {{"host", host}, {"port", std::to_string(grpc_port)}});
       return 2;
     }
   }
+  std::mutex poll_mu;
+  std::condition_variable poll_cv;
+  bool poll_stop = false;
+  std::thread poller;
+  if (control == ModelControl::Poll) {
+    poller = std::thread([&] {
+      std::unique_lock<std::mutex> lock(poll_mu);
+      while (!poll_cv.wait_for(lock, std::chrono::duration<double>(poll_seconds), [&] { return poll_stop; })) {
+        lock.unlock();
+        registry.poll();
+        lock.lock();
+      }
+    });
+  }
   log("info", "listening", {{"host", host}, {"http_port", std::to_string(port)},
-                            {"grpc_port", std::to_string(grpc_server ? grpc_server->port() : -1)}});
+                            {"grpc_port", std::to_string(grpc_server ? grpc_server->port() : -1)},
+                            {"tls", tls_cert.empty() ? "off" : tls_client_ca.empty() ? "on" : "mutual"}});
   std::atomic<bool> listening_ended{false};
   std::thread stopper([&] {
     int sig = 0;
@@ -501,6 +446,14 @@ int main(int argc, char** argv) {
   });
   const bool ok = svr.listen_after_bind();
   listening_ended = true;
+  if (poller.joinable()) {  // a poll in progress finishes its load first
+    {
+      std::lock_guard<std::mutex> lock(poll_mu);
+      poll_stop = true;
+    }
+    poll_cv.notify_all();
+    poller.join();
+  }
   pthread_kill(stopper.native_handle(), SIGTERM);  // a stop that came from elsewhere: wake the stopper
   stopper.join();
   if (grpc_server) {

@@ -1,6 +1,7 @@
 """Writes the fuzzers' seed corpus (tests/fuzz/corpus/<target>/). Run once; its output is committed.
 
     python tests/fuzz/make_seeds.py PACKAGE.pt2 [PACKAGE.pt2 ...]
+    python tests/fuzz/make_seeds.py --only infer_request        # one target's seeds
 
 Spec seeds come from real packages (their AOTI metadata record and the pt2rt spec inside it); tensor and golden
 seeds are small torch.save files in the formats pt2run and the runtime read, kept small so mutations stay cheap.
@@ -98,12 +99,123 @@ def golden_seeds(out: Path) -> None:
     (out / "name-not-a-string.pt").write_bytes(saved({"names": [3], "inputs": inputs, "outputs": outputs}))
 
 
+def infer_request_seeds(out: Path) -> None:
+    """HTTP infer request bodies for fuzz_infer_request.cpp's spec (x FP32 [-1,3,2,2], ids INT64 [-1], mask BOOL [-1],
+    small INT8 [2], half FP16 [2]; outputs y, z, w): a first line "H<n>" is the Inference-Header-Content-Length."""
+    import struct
+
+    def request(inputs, outputs=None, parameters=None, blobs=b"", header=True, **extra):
+        body = {"inputs": inputs, **({"outputs": outputs} if outputs is not None else {}),
+                **({"parameters": parameters} if parameters is not None else {}), **extra}
+        text = json.dumps(body).encode()
+        return (b"H%d\n" % len(text) if header else b"") + text + blobs
+
+    half = {"name": "half", "shape": [2], "datatype": "FP16", "parameters": {"binary_data_size": 4}}
+    x = {"name": "x", "shape": [1, 3, 2, 2], "datatype": "FP32", "data": [[[[0.5, -1], [2, 3]]] * 3]}
+    ids = {"name": "ids", "shape": [3], "datatype": "INT64", "data": [1, -2, 9007199254740993]}
+    mask = {"name": "mask", "shape": [2], "datatype": "BOOL", "data": [True, 0]}
+    small = {"name": "small", "shape": [2], "datatype": "INT8", "data": [-128, 127.0]}
+    fp16 = struct.pack("<2e", 1.5, -2.0)
+    seeds = {
+        "ok-json-and-binary.txt": request([x, ids, mask, small, half], [{"name": "y"}, {"name": "w", "parameters":
+                                          {"binary_data": True}}], blobs=fp16, id="r1"),
+        "ok-all-binary.txt": request(
+            [{"name": n, "shape": sh, "datatype": dt, "parameters": {"binary_data_size": len(b)}}
+             for n, sh, dt, b in (("x", [2, 3, 2, 2], "FP32", struct.pack("<24f", *range(24))),
+                                  ("ids", [1], "INT64", struct.pack("<q", 7)), ("mask", [1], "BOOL", b"\x01"),
+                                  ("small", [2], "INT8", b"\x01\xff"), ("half", [2], "FP16", fp16))],
+            parameters={"binary_data_output": True},
+            blobs=struct.pack("<24f", *range(24)) + struct.pack("<q", 7) + b"\x01" + b"\x01\xff" + fp16),
+        "missing-half-json-only.txt": request([x, ids, mask, small], header=False),
+        "int8-out-of-range.txt": request([x, ids, mask, {**small, "data": [300, 1]}, half], blobs=fp16),
+        "float-for-int.txt": request([x, {**ids, "data": [1.5, 2, 3]}, mask, small, half], blobs=fp16),
+        "fp32-out-of-range.txt": request([{**x, "data": [1e39] + [0] * 11}, ids, mask, small, half], blobs=fp16),
+        "shape-overflow.txt": request([{**x, "shape": [4611686018427387904, 4]}], header=False),
+        "negative-dim.txt": request([{**x, "shape": [-1, 3, 2, 2]}], header=False),
+        "truncated-binary.txt": request([x, ids, mask, small, half], blobs=fp16[:3]),
+        "header-not-a-number.txt": b"H12abc\n" + request([x], header=False),
+        "header-past-body.txt": b"H99999\n" + request([x], header=False),
+        "garbage.txt": b"{\"inputs\": [",
+        "input-twice.txt": request([x, x], header=False),
+        "unknown-output.txt": request([x, ids, mask, small, half], [{"name": "nope"}], blobs=fp16),
+        "fp16-output-as-json.txt": request([x, ids, mask, small, half], [{"name": "w"}], blobs=fp16),
+        "deep-nesting.txt": request([{**x, "data": json.loads("[" * 500 + "1" + "]" * 500)}], header=False),
+        "parameters-not-an-object.txt": request([x, ids, mask, small, half], parameters=[1], blobs=fp16),
+    }
+    for name, data in seeds.items():
+        (out / name).write_bytes(data)
+
+
+def grpc_request_seeds(out: Path) -> None:
+    """Serialized gRPC ModelInferRequests for fuzz_grpc_request.cpp's spec (that of infer_request; with model_name
+    "typed" the spec without the FP16 input, so a request of typed contents only can be whole)."""
+    import struct
+
+    from tritonclient.grpc import service_pb2 as pb
+
+    fp16 = struct.pack("<2e", 1.5, -2.0)
+    raw = {"x": ([2, 3, 2, 2], "FP32", struct.pack("<24f", *range(24))), "ids": ([1], "INT64", struct.pack("<q", 7)),
+           "mask": ([1], "BOOL", b"\x01"), "small": ([2], "INT8", b"\x01\xff"), "half": ([2], "FP16", fp16)}
+    typed = {"x": ([1, 3, 2, 2], "FP32", "fp32_contents", [0.5, -1, 2, 3] * 3),
+             "ids": ([3], "INT64", "int64_contents", [1, -2, 9007199254740993]),
+             "mask": ([2], "BOOL", "bool_contents", [True, False]), "small": ([2], "INT8", "int_contents", [-128, 127])}
+
+    def request(inputs=(), raws=None, outputs=(), model="m", **changes):
+        q = pb.ModelInferRequest(model_name=model, id="r1")
+        for name, (shape, dt, *rest) in inputs:
+            t = q.inputs.add(name=name, datatype=dt, shape=shape)
+            if len(rest) == 2:
+                getattr(t.contents, rest[0]).extend(rest[1])
+            if name in changes:
+                changes[name](t)
+        q.raw_input_contents.extend(raws or [])
+        for name in outputs:
+            q.outputs.add(name=name)
+        return q.SerializeToString()
+
+    def all_raw(**changes):
+        return request(((n, v[:2]) for n, v in raw.items()), [v[2] for v in raw.values()], ("y", "w"), **changes)
+
+    def all_typed(**values):
+        return request(((n, (sh, dt, field, values.get(n, vals))) for n, (sh, dt, field, vals) in typed.items()),
+                       model="typed")
+
+    seeds = {
+        "ok-raw.bin": all_raw(),
+        "ok-typed.bin": all_typed(),
+        "int8-above-range.bin": all_typed(small=[300, 1]),
+        "int8-below-range.bin": all_typed(small=[0, -129]),
+        "too-few-values.bin": all_typed(x=[0.5] * 11),
+        "wrong-field.bin": request([("x", ([1, 3, 2, 2], "FP32", "fp64_contents", [0.5] * 12))], model="typed"),
+        "fp16-typed.bin": request([("half", ([2], "FP16", "fp32_contents", [1.5, -2.0]))]),
+        "raw-and-contents.bin": all_raw(x=lambda t: t.contents.fp32_contents.extend([1.0])),
+        "raw-count-mismatch.bin": request(((n, v[:2]) for n, v in raw.items()), [v[2] for v in raw.values()][:4]),
+        "raw-wrong-size.bin": request([("x", ([2, 3, 2, 2], "FP32"))], [struct.pack("<24f", *range(24))[:47]]),
+        "unknown-output.bin": request(((n, v[:2]) for n, v in raw.items()), [v[2] for v in raw.values()], ("nope",)),
+        "unknown-input.bin": request([("nope", ([1], "FP32"))], [b"\0" * 4]),
+        "wrong-datatype.bin": request([("x", ([2, 3, 2, 2], "FP64"))], [b"\0" * 192]),
+        "shape-overflow.bin": request([("x", ([4611686018427387904, 4], "FP32"))], [b""]),
+        "negative-dim.bin": request([("x", ([-1, 3, 2, 2], "FP32"))], [b""]),
+        "input-twice.bin": request([("x", ([1, 3, 2, 2], "FP32"))] * 2, [b"\0" * 48] * 2),
+        "empty.bin": b"",
+        "garbage.bin": b"\xff\xff\xff\xff",
+    }
+    for name, data in seeds.items():
+        (out / name).write_bytes(data)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("packages", nargs="+", type=Path, help="exported packages to take spec seeds from")
+    parser.add_argument("packages", nargs="*", type=Path, help="exported packages to take spec seeds from")
+    parser.add_argument("--only", help="write this target's seeds only")
     args = parser.parse_args()
-    for target, make in (("spec", lambda d: spec_seeds(args.packages, d)), ("tensors", tensor_seeds),
-                         ("golden", golden_seeds)):
+    makers = (("spec", lambda d: spec_seeds(args.packages, d)), ("tensors", tensor_seeds), ("golden", golden_seeds),
+              ("infer_request", infer_request_seeds), ("grpc_request", grpc_request_seeds))
+    if args.only is None and not args.packages:
+        parser.error("spec seeds need packages (or --only TARGET)")
+    for target, make in makers:
+        if args.only not in (None, target):
+            continue
         d = HERE / "corpus" / target
         d.mkdir(parents=True, exist_ok=True)
         make(d)

@@ -21,6 +21,7 @@ def exported(tmp_path_factory):
         "op_static": (models.identity_conv_op_only, dict()),
         "net_fp16": (models.identity_conv_net_fp16, dict(cpu_isa="avx2")),
         "net_bf16": (models.identity_conv_net_bf16, dict(cpu_isa="default")),
+        "classifier": (models.conv_classifier_net, dict(dynamic_batch=(1, 16))),
     }
     cache = {}
     out_dir = tmp_path_factory.mktemp("packages")
