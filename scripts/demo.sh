@@ -72,29 +72,7 @@ echo '{"dynamic_batching": {"max_queue_delay_microseconds": 500}}' >"$REPO/ident
 SERVE_LOG=$ROOT/build/demo-pt2serve.log
 "${run_env[@]}" "$DIST/bin/pt2serve" --model-repository "$REPO" --http-port 0 --grpc-port 0 2>"$SERVE_LOG" &
 serve_pid=$!
-"$PYTHON" - "$SERVE_LOG" "$DIST/models/frame.pt" <<'PY'
-import json, sys, time
-import torch, tritonclient.http as httpclient
-from export_tools import models
-log, frame = sys.argv[1], sys.argv[2]
-port = None
-for _ in range(600):
-    lines = [json.loads(l) for l in open(log) if l.strip()]
-    port = next((l["http_port"] for l in lines if l["msg"] == "listening"), None)
-    if port:
-        break
-    time.sleep(0.1)
-assert port, open(log).read()
-client = httpclient.InferenceServerClient(f"localhost:{port}")
-x = torch.load(frame)
-inp = httpclient.InferInput("x", list(x.shape), "FP32")
-inp.set_data_from_numpy(x.numpy())
-y = torch.from_numpy(client.infer("identity_conv_net", [inp]).as_numpy("output_0").copy())
-model, _ = models.identity_conv_net()
-with torch.no_grad():
-    torch.testing.assert_close(y, model(x))
-print(f"pt2serve on port {port} answered a {list(x.shape)} frame with {list(y.shape)}, equal to eager PyTorch")
-PY
+"$PYTHON" "$ROOT/scripts/oip_check.py" "$DIST/models/frame.pt" --log "$SERVE_LOG"
 kill -TERM "$serve_pid"
 wait "$serve_pid" || { echo "error: pt2serve exited $? after SIGTERM" >&2; exit 1; }
 tail -2 "$SERVE_LOG"
