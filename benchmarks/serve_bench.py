@@ -3,14 +3,14 @@ same run, the same client (benchmarks/serve_load.py), the same packages.
 
     python benchmarks/serve_bench.py --pt2serve build/cpu-release/bin/pt2serve --ops .../libidentity_conv_ops.so \
         --package build/models/identity_conv_net.pt2 --conv-package build/models/conv_heavy_net.pt2 \
-        --kserve-python .venv-kserve/bin/python --out build/bench/serve
+        --classifier-package build/models/conv_classifier_net.pt2 --kserve-python .venv-kserve/bin/python --out build/bench/serve
 
 Each server is started alone (the other is stopped), loaded at 1, 4, 16 and 64 concurrent clients for --seconds
 each, one frame per request (binary tensor extension). The client (Python, ~10k requests/s per core at most) and the
 server run on disjoint CPUs - the client on the first quarter of this process's CPUs (at least one), each server
 on the rest with OMP_NUM_THREADS set to their number - so neither's tail latency is the other's scheduling. Writes report.json and chart.png under --out; prints the
 table and the ratios the issue's goals are about (pt2serve vs KServe at 16 clients; batching on vs off on the
-conv-heavy package at 16 clients). make bench runs it (scripts/bench.sh).
+conv-heavy packages at 16 clients). make bench runs it (scripts/bench.sh).
 """
 
 from __future__ import annotations
@@ -34,14 +34,16 @@ from serve_load import run_load  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CONCURRENCY = [1, 4, 16, 64]
+# package key -> (one request's input shape, pt2serve's config.json with batching on)
+PACKAGES = {
+    "net": ([1, 3, 32, 32], {"max_batch_size": 16, "dynamic_batching": {"max_queue_delay_microseconds": 1000}}),
+    "conv": ([1, 3, 64, 64], {"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_microseconds": 2000}}),
+    "classifier": ([1, 3, 64, 64], {"max_batch_size": 16,
+                                    "dynamic_batching": {"max_queue_delay_microseconds": 2000}}),
+}
 # (model name in the repository, package key, config.json)
-PT2SERVE_MODELS = [
-    ("net", "net", {"max_batch_size": 16, "dynamic_batching": {"max_queue_delay_microseconds": 1000}}),
-    ("net_nobatch", "net", {"dynamic_batching": False}),
-    ("conv", "conv", {"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_microseconds": 2000}}),
-    ("conv_nobatch", "conv", {"dynamic_batching": False}),
-]
-SHAPES = {"net": [1, 3, 32, 32], "conv": [1, 3, 64, 64]}
+PT2SERVE_MODELS = [entry for key, (_, config) in PACKAGES.items()
+                   for entry in ((key, key, config), (f"{key}_nobatch", key, {"dynamic_batching": False}))]
 
 
 def free_port() -> int:
@@ -89,10 +91,10 @@ class Server:
 
 def sweep(server: str, config: str, package: str, port: int, model: str, args, points: list) -> None:
     for c in args.concurrency:
-        r = run_load("127.0.0.1", port, model, SHAPES[package], c, args.seconds)
+        r = run_load("127.0.0.1", port, model, PACKAGES[package][0], c, args.seconds)
         r.update(server=server, config=config, package=package)
         points.append(r)
-        print(f"  {server:8} {config:11} {package:4} clients {c:3}: {r['requests_per_s']:8.1f} req/s  "
+        print(f"  {server:8} {config:11} {package:10} clients {c:3}: {r['requests_per_s']:8.1f} req/s  "
               f"p50 {r['p50_ms']} ms  p99 {r['p99_ms']} ms  failures {r['failures']}", flush=True)
 
 
@@ -103,7 +105,7 @@ def point(points: list, server: str, config: str, package: str, clients: int) ->
 
 def ratios(points: list, clients: int) -> dict:
     out = {}
-    for package in ("net", "conv"):
+    for package in PACKAGES:
         ks = point(points, "kserve", "default", package, clients)
         for config in ("batching", "no batching"):
             ours = point(points, "pt2serve", config, package, clients)
@@ -124,8 +126,8 @@ def chart(points: list, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 2, figsize=(11, 8))
-    for col, package in enumerate(("net", "conv")):
+    fig, axes = plt.subplots(2, len(PACKAGES), figsize=(5.5 * len(PACKAGES), 8))
+    for col, package in enumerate(PACKAGES):
         series = sorted({(p["server"], p["config"]) for p in points if p["package"] == package})
         for server, config in series:
             ps = sorted((p for p in points if (p["server"], p["config"], p["package"]) == (server, config, package)),
@@ -153,13 +155,15 @@ def main() -> int:
     p.add_argument("--ops", type=Path, required=True, help="the ops library the packages call")
     p.add_argument("--package", type=Path, required=True, help="the example package (dynamic batch)")
     p.add_argument("--conv-package", type=Path, required=True, help="the conv-heavy package (dynamic batch)")
+    p.add_argument("--classifier-package", type=Path, required=True,
+                   help="the conv classifier package (export_tools.models:conv_classifier_net, dynamic batch)")
     p.add_argument("--kserve-python", type=Path, help="a Python with kserve and torch (none: pt2serve only)")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--seconds", type=float, default=5.0, help="per point")
     p.add_argument("--concurrency", default=",".join(map(str, CONCURRENCY)))
     args = p.parse_args()
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
-    for f in (args.pt2serve, args.ops, args.package, args.conv_package):
+    for f in (args.pt2serve, args.ops, args.package, args.conv_package, args.classifier_package):
         if not f.exists():
             print(f"serve_bench: error: {f} is missing", file=sys.stderr)
             return 2
@@ -172,7 +176,8 @@ def main() -> int:
     client_cpus, server_cpus = set(cpus[:n_client]), set(cpus[n_client:])
     os.sched_setaffinity(0, client_cpus)
     server_env = {**os.environ, "OMP_NUM_THREADS": str(len(server_cpus))}
-    packages = {"net": args.package.resolve(), "conv": args.conv_package.resolve()}
+    packages = {"net": args.package.resolve(), "conv": args.conv_package.resolve(),
+                "classifier": args.classifier_package.resolve()}
     points: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="pt2rt-serve-bench-") as tmp:
         repo = Path(tmp) / "models"
@@ -190,7 +195,7 @@ def main() -> int:
     if args.kserve_python:
         env = {**server_env, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'ops' / 'python'}",
                "IDENTITY_CONV_OPS_LIBRARY": str(args.ops.resolve())}
-        for package in ("net", "conv"):
+        for package in PACKAGES:
             port = free_port()
             print(f"serve_bench: kserve ({package})", flush=True)
             argv = [str(args.kserve_python), str(ROOT / "benchmarks" / "kserve_aoti.py"), "--model_name", package,

@@ -18,9 +18,11 @@ export_if_missing() {
 PACKAGE=$ROOT/build/models/identity_conv_net.pt2
 OP_PACKAGE=$ROOT/build/models/identity_conv_op_only.pt2
 CONV_PACKAGE=$ROOT/build/models/conv_heavy_net.pt2
+CLASSIFIER_PACKAGE=$ROOT/build/models/conv_classifier_net.pt2
 export_if_missing "$PACKAGE" identity_conv_net --dynamic-batch 1:32
 export_if_missing "$OP_PACKAGE" identity_conv_op_only
 export_if_missing "$CONV_PACKAGE" conv_heavy_net --dynamic-batch 1:8
+export_if_missing "$CLASSIFIER_PACKAGE" conv_classifier_net --dynamic-batch 1:16
 # The serving benchmark's baseline: the KServe Python model server, in a venv of its own
 KSERVE_VENV=$ROOT/.venv-kserve
 if ! cmp -s "$ROOT/requirements/kserve.txt" "$KSERVE_VENV/.pt2rt-requirements" 2>/dev/null; then
@@ -36,5 +38,6 @@ cd "$ROOT"
 case " ${BENCH_ARGS:-} " in *" --only "*) exit 0 ;; esac
 log "serving benchmark -> build/bench/serve"
 "$PYTHON" benchmarks/serve_bench.py --pt2serve "$BUILD_DIR/bin/pt2serve" --ops "$IDENTITY_CONV_OPS_LIBRARY" \
-  --package "$PACKAGE" --conv-package "$CONV_PACKAGE" --kserve-python "$KSERVE_VENV/bin/python" \
+  --package "$PACKAGE" --conv-package "$CONV_PACKAGE" --classifier-package "$CLASSIFIER_PACKAGE" \
+  --kserve-python "$KSERVE_VENV/bin/python" \
   --out "$ROOT/build/bench/serve" $(case " ${BENCH_ARGS:-} " in *" --quick "*) echo "--seconds 1" ;; esac)
