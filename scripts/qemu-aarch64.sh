@@ -31,7 +31,6 @@ if [ -z "${PT2RT_QEMU_LIBRARY_PATH+x}" ]; then
 fi
 
 cpuinfo=$(mktemp /tmp/pt2rt-cpuinfo.XXXXXX)
-trap 'rm -f "$cpuinfo"' EXIT
 for ((i = 0; i < $(nproc); i++)); do
   cat >>"$cpuinfo" <<INFO
 processor	: $i
@@ -46,6 +45,37 @@ CPU revision	: 1
 INFO
 done
 
+# /sys/devices/system/cpu: the host's x86 tree has no MIDR_EL1 and x86 caches; oneDNN's xbyak_aarch64 reads both at
+# libtorch's load ("Can't open MIDR_EL1 sysfs entry") and the process's heap was found corrupt at exit with it.
+# The program sees an aarch64 tree instead (Neoverse N1 ids, 64K L1d/L1i, 1M L2 per core, 32M L3 shared).
+sysfs=$(mktemp -d /tmp/pt2rt-sysfs.XXXXXX)
+trap 'rm -f "$cpuinfo"; rm -rf "$sysfs"' EXIT
+last=$(($(nproc) - 1))
+for f in possible present online; do echo "0-$last" >"$sysfs/$f"; done
+echo "" >"$sysfs/offline"
+echo 255 >"$sysfs/kernel_max"
+for ((i = 0; i <= last; i++)); do
+  d=$sysfs/cpu$i
+  mkdir -p "$d/regs/identification" "$d/topology"
+  echo 0x00000000413fd0c1 >"$d/regs/identification/midr_el1"
+  echo 0x0000000000000000 >"$d/regs/identification/revidr_el1"
+  echo 1 >"$d/online"
+  echo "$i" >"$d/topology/core_id"
+  echo 0 >"$d/topology/physical_package_id"
+  echo "$i" >"$d/topology/thread_siblings_list"
+  echo "0-$last" >"$d/topology/core_siblings_list"
+  index=0
+  for cache in "1 Data 64K 4 256" "1 Instruction 64K 4 256" "2 Unified 1024K 8 2048" "3 Unified 32768K 16 32768"; do
+    read -r level type size ways sets <<<"$cache"
+    c=$d/cache/index$index
+    mkdir -p "$c"
+    echo "$level" >"$c/level"; echo "$type" >"$c/type"; echo "$size" >"$c/size"
+    echo "$ways" >"$c/ways_of_associativity"; echo "$sets" >"$c/number_of_sets"; echo 64 >"$c/coherency_line_size"
+    if [ "$level" = 3 ]; then echo "0-$last" >"$c/shared_cpu_list"; else echo "$i" >"$c/shared_cpu_list"; fi
+    index=$((index + 1))
+  done
+done
+
 # One OpenMP thread unless asked otherwise: under qemu-user 7.2 libtorch's parallel ops (even a plain conv2d package)
 # hang with two or more; the aarch64 code is the same at any thread count, the threading is not tested here.
 run=(env QEMU_LD_PREFIX="$SYSROOT" OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" LD_LIBRARY_PATH="$PT2RT_QEMU_LIBRARY_PATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -57,5 +87,6 @@ else
 fi
 # the bind mount exists only inside the namespace; the program keeps this shell's user, cwd and environment
 set +e
-"${ns[@]}" bash -c 'mount --bind "$1" /proc/cpuinfo && shift && exec "$@"' _ "$cpuinfo" "${run[@]}"
+"${ns[@]}" bash -c 'mount --bind "$1" /proc/cpuinfo && mount --bind "$2" /sys/devices/system/cpu && shift 2 && exec "$@"' \
+  _ "$cpuinfo" "$sysfs" "${run[@]}"
 exit $?
