@@ -263,6 +263,32 @@ def _feature_macros(compiler: str, flags: tuple[str, ...]) -> set[str]:
     return found
 
 
+# -m flags that set an ABI or a target OS, not an ISA extension: their macros are no CPU features
+_ABI_MACROS = {"android", "ilp32", "long_double_64", "long_double_80", "long_double_128"}
+
+
+@functools.lru_cache(maxsize=None)
+def compiler_features(compiler: str | None = None) -> frozenset[str]:
+    """Every CPU feature name the compiler can give an x86-64 compile (-march=native included: it adds the -m flags
+    of what cpuid reports): the features each of its -m ISA flags implies. Empty on another arch."""
+    if host_arch() != "x86_64":
+        return frozenset()
+    compiler = compiler or cpp_builder.get_cpp_compiler()
+    listing = subprocess.run([compiler, "-Q", "--help=target"], capture_output=True, text=True, check=True,
+                             timeout=60).stdout
+    base = _feature_macros(compiler, ("-march=x86-64",))
+    out: set[str] = set()
+    for line in listing.splitlines():
+        parts = line.split()
+        if len(parts) != 2 or parts[1] not in ("[enabled]", "[disabled]") or not re.fullmatch(r"-m[a-z0-9_-]+", parts[0]):
+            continue
+        try:
+            out |= _feature_macros(compiler, ("-march=x86-64", parts[0])) - base
+        except CpuVariantError:
+            continue  # a flag this mode refuses (-m16 with -march=x86-64 ...)
+    return frozenset(out - _ABI_MACROS)
+
+
 def every_torch_isa() -> list[cpu_vec_isa.VecISA]:
     """An instance of every vector ISA class torch's inductor defines (tests use it)."""
     out = []

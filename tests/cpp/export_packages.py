@@ -313,6 +313,7 @@ def main():
     from export_tools import cpu
     (out / "python_cpu.json").write_text(json.dumps({
         "host_features": sorted(cpu.host_features()),
+        "compiler_features": sorted(cpu.compiler_features()),
         "torch_isa_features": {str(i): list(cpu.features_for_flags(("-march=x86-64", *i.build_arch_flags().split())))
                                for i in cpu.every_torch_isa() if type(i).__name__.startswith(("VecAVX", "VecAMX"))},
     }))

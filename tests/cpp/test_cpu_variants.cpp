@@ -81,6 +81,23 @@ TEST(HostCpu, EveryFeatureTorchsIsasImplyIsKnownToTheRuntime) {
   }
 }
 
+TEST(HostCpu, EveryFeatureTheCompilerCanNameIsKnownToTheRuntime) {
+  // A native variant records what gcc -march=native defines on the export host (rtm where TSX is on, ...): every
+  // name the compiler has for an ISA extension must be one the runtime can check on the host it loads on.
+  const auto known = as_set(pt2rt::known_cpu_features());
+  const auto names = python_view().at("compiler_features");
+  ASSERT_GE(names.size(), 60u);
+  for (const auto& f : names) EXPECT_TRUE(known.count(f.get<std::string>())) << f;
+}
+
+TEST(HostCpu, ANativeExportHereNeedsOnlyWhatTheRuntimeFindsHere) {
+  // The native variant's features are gcc -march=native's: each must be one cpuid + XCR0 report on this host.
+  std::vector<std::string> native;
+  for (const auto& f : python_view().at("host_features")) native.push_back(f.get<std::string>());
+  pt2rt::Variant v = variant("native", native);
+  EXPECT_EQ(pt2rt::why_variant_cannot_run(v), "");
+}
+
 TEST(HostCpu, CpuidAgreesWithTheCompilersViewOfThisHost) {
   // gcc -march=native (the exporter's view) and cpuid + XCR0 (the runtime's) on the features code generation
   // for torch's ISAs can use.

@@ -59,6 +59,17 @@ def test_native_variant_needs_what_this_host_has():
         assert X86_64_V3 <= set(v.cpu_features)  # every host that runs these tests has AVX2
 
 
+def test_the_compilers_vocabulary_holds_every_level_and_this_host():
+    # the runtime's gtest checks it knows every name in compiler_features(); this checks that set is the whole of
+    # what a variant can record
+    names = cpu.compiler_features()
+    assert cpu.host_features() <= names
+    for name in cpu.PORTABLE_X86:
+        with cpu.compiling(name) as v:
+            assert set(v.cpu_features) <= names, name
+    assert not names & {"android", "ilp32", "long_double_64"}  # ABI flags are no CPU features
+
+
 def test_synthetic_feature_sets_decide_where_a_variant_runs(monkeypatch):
     monkeypatch.setattr(cpu, "host_features", lambda: frozenset(X86_64_V3))
     assert cpu.runs_here("x86_64", sorted(X86_64_V3)) == []
