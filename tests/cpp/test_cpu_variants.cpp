@@ -92,8 +92,9 @@ TEST(HostCpu, EveryFeatureTheCompilerCanNameIsKnownToTheRuntime) {
 
 TEST(HostCpu, ANativeExportHereNeedsOnlyWhatTheRuntimeFindsHere) {
   // The native variant's features are gcc -march=native's: each must be one cpuid + XCR0 report on this host.
+  const auto python = python_view();
   std::vector<std::string> native;
-  for (const auto& f : python_view().at("host_features")) native.push_back(f.get<std::string>());
+  for (const auto& f : python.at("host_features")) native.push_back(f.get<std::string>());
   pt2rt::Variant v = variant("native", native);
   EXPECT_EQ(pt2rt::why_variant_cannot_run(v), "");
 }
