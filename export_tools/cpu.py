@@ -280,7 +280,8 @@ def compiler_features(compiler: str | None = None) -> frozenset[str]:
     out: set[str] = set()
     for line in listing.splitlines():
         parts = line.split()
-        if len(parts) != 2 or parts[1] not in ("[enabled]", "[disabled]") or not re.fullmatch(r"-m[a-z0-9_-]+", parts[0]):
+        is_flag = len(parts) == 2 and parts[1] in ("[enabled]", "[disabled]")
+        if not is_flag or not re.fullmatch(r"-m[a-z0-9_-]+", parts[0]):
             continue
         try:
             out |= _feature_macros(compiler, ("-march=x86-64", parts[0])) - base
