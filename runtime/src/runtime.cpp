@@ -206,7 +206,17 @@ std::vector<Tensor> Runtime::run(const std::vector<TensorView>& inputs) const {
   }
   std::vector<Tensor> result;
   result.reserve(outs.size());
-  for (auto& t : outs) result.push_back(detail::wrap(std::move(t)));
+  for (auto& out : outs) {
+    at::Tensor t = std::move(out);
+    // Outputs are the caller's alone. A model may return a view of an input (the caller's memory, borrowed above),
+    // a constant as it is (memory of the model), one tensor twice, or a buffer it keeps: each is copied. Memory
+    // that no allocator gave (from_blob: inputs, constants) has no deleter; shared tensors or storages have more
+    // than one reference. An output the model made for this run alone is handed out without a copy.
+    const bool not_own = t.defined() && (t.use_count() > 1 || t.storage().use_count() > 1 ||
+                                         t.storage().data_ptr().get_deleter() == nullptr);
+    if (not_own) t = t.clone(at::MemoryFormat::Contiguous);
+    result.push_back(detail::wrap(std::move(t)));
+  }
   return result;
 }
 

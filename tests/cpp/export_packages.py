@@ -3,7 +3,7 @@
 Writes into OUT: net_dynamic.pt2 (identity_conv_net, batch 1..32, CPU variants avx2, avx512, default), op_static.pt2
 (the op alone), probe.pt2 (the op of probe_ops.cpp, which counts runs in flight), multi_io.pt2 (two inputs sharing
 the dynamic batch; float, int64 and bool outputs; with input and expected files), net_fp16.pt2 and
-net_bf16.pt2 (half-precision exports), tensor files
+net_bf16.pt2 (half-precision exports), aliasing.pt2 (outputs that alias an input, a constant, each other), tensor files
 for pt2run (net_input.pt, net_expected.pt, a list file), and bad/*.pt2: damaged or foreign packages.
 --target linux-x86_64,linux-aarch64 (the cross build's tests): every package also holds an aarch64 variant.
 """
@@ -103,6 +103,18 @@ def export_multi_io(out: Path) -> None:
         torch.save(list(model(x, y)), out / "multi_io_expected.pt")
 
 
+class Aliasing(torch.nn.Module):
+    """Outputs that alias: a view of the input, a constant as it is, and one tensor twice. The runtime must hand
+    out outputs the caller owns alone (tests of Runtime::run, the C API and pt2serve)."""
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("w", torch.arange(6, dtype=torch.float32).reshape(2, 3))
+
+    def forward(self, x):
+        y = x * 2
+        return x.reshape(x.shape[0], -1), self.w, y, y
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True, type=Path)
@@ -130,6 +142,8 @@ def main():
         half_model, half_inputs = factory()
         export_package(half_model, half_inputs, out / f"{name}.pt2", golden=2)
 
+    export_package(Aliasing(), (torch.randn(2, 3, 4),), out / "aliasing.pt2", dynamic_batch=(1, 8), golden=2,
+                   cpu_isa="default")
     export_probe(args.probe_ops, out / "probe.pt2")
     export_multi_io(out)
 

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <string>
@@ -70,6 +71,29 @@ TEST(CApi, RunsReturnOwnedOutputsAndBadInputsAreInputErrors) {
   std::memcpy(&in.dtype, &not_a_dtype, sizeof not_a_dtype);
   EXPECT_EQ(pt2rt_run(rt, &in, 1, &out, 1, &n), PT2RT_ERROR_USAGE);
   EXPECT_NE(std::string(pt2rt_last_error()).find("dtype is -1"), std::string::npos) << pt2rt_last_error();
+  pt2rt_runtime_free(rt);
+}
+
+// aliasing.pt2 returns (x.reshape(batch, -1), a constant as it is, y, y): the C caller owns every output alone.
+TEST(CApi, OutputsAreOwnedEvenWhenTheModelReturnsAViewOfItsInput) {
+  pt2rt_runtime* rt = load("aliasing.pt2");
+  ASSERT_NE(rt, nullptr);
+  std::vector<float> x(2 * 3 * 4);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i) + 0.5f;
+  const std::vector<float> given = x;
+  const int64_t shape[] = {2, 3, 4};
+  const pt2rt_tensor_view in{x.data(), shape, 3, PT2RT_FLOAT32};
+  pt2rt_tensor* out[4] = {};
+  size_t n = 0;
+  ASSERT_EQ(pt2rt_run(rt, &in, 1, out, 4, &n), PT2RT_OK) << pt2rt_last_error();
+  ASSERT_EQ(n, 4u);
+  EXPECT_NE(pt2rt_tensor_data(out[0]), static_cast<const void*>(x.data()));
+  std::fill(x.begin(), x.end(), 0.0f);
+  EXPECT_EQ(std::memcmp(pt2rt_tensor_data(out[0]), given.data(), given.size() * sizeof(float)), 0);
+  EXPECT_NE(pt2rt_tensor_data(out[2]), pt2rt_tensor_data(out[3]));
+  const auto* w = static_cast<const float*>(pt2rt_tensor_data(out[1]));
+  EXPECT_EQ(w[5], 5.0f);
+  for (pt2rt_tensor* t : out) pt2rt_tensor_free(t);
   pt2rt_runtime_free(rt);
 }
 

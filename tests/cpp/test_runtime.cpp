@@ -10,6 +10,7 @@
 #include <sys/resource.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
@@ -129,6 +130,36 @@ TEST(Verify, Pt2runExitsOneOnAMismatch) {
   fs::remove(out);
   EXPECT_NE(text.find("FAIL min_batch=1"), std::string::npos) << text;
   EXPECT_NE(text.find("MISMATCH: 3 of 4 golden cases passed"), std::string::npos) << text;
+}
+
+// aliasing.pt2 returns (x.reshape(batch, -1), a constant as it is, y, y): every output must be the caller's alone.
+TEST(Runtime, OutputsAreOwnedWhateverTheModelReturns) {
+  const pt2rt::Runtime rt = pt2rt::Runtime::load(kPackages + "/aliasing.pt2", with_ops());
+  EXPECT_TRUE(rt.verify().passed());
+  std::vector<float> x(3 * 3 * 4);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i);
+  const std::vector<float> given = x;
+  const pt2rt::TensorView in{x.data(), {3, 3, 4}, pt2rt::DType::Float32};
+  std::vector<pt2rt::Tensor> out = rt.run({in});
+  ASSERT_EQ(out.size(), 4u);
+  ASSERT_EQ(out[0].shape(), (std::vector<int64_t>{3, 12}));
+  const auto floats = [](const pt2rt::Tensor& t) { return static_cast<const float*>(t.data()); };
+  // the view of the input is a copy: the caller reuses its buffer, the output keeps the values
+  EXPECT_NE(out[0].data(), static_cast<const void*>(x.data()));
+  std::fill(x.begin(), x.end(), -1.0f);
+  EXPECT_EQ(std::vector<float>(floats(out[0]), floats(out[0]) + given.size()), given);
+  // the same tensor twice: two buffers
+  ASSERT_NE(out[2].data(), out[3].data());
+  static_cast<float*>(out[2].mutable_data())[1] = 1e6f;
+  EXPECT_EQ(floats(out[3])[1], 2.0f * given[1]);
+  // the constant: writing into the output changes neither the model nor the next run's output
+  ASSERT_EQ(out[1].shape(), (std::vector<int64_t>{2, 3}));
+  static_cast<float*>(out[1].mutable_data())[4] = 42.0f;
+  const std::vector<pt2rt::Tensor> again = rt.run({in});
+  EXPECT_EQ(floats(again[1])[4], 4.0f);
+  EXPECT_NE(again[1].data(), out[1].data());
+  EXPECT_EQ(floats(again[0])[0], -1.0f);
+  EXPECT_TRUE(rt.verify().passed());
 }
 
 TEST(Runtime, SpecDescribesThePackage) {

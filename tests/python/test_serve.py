@@ -328,6 +328,52 @@ def test_grpc_errors_carry_the_protocol_status(server, exported):
     torch.testing.assert_close(torch.from_numpy(grpc_infer(c, "net", x).copy()), eager(exported, x))
 
 
+class Aliasing(torch.nn.Module):
+    """Outputs that alias: a view of the input, a constant as it is, one tensor twice."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("w", torch.arange(6, dtype=torch.float32).reshape(2, 3))
+
+    def forward(self, x):
+        y = x * 2
+        return x.reshape(x.shape[0], -1), self.w, y, y
+
+
+def test_outputs_that_alias_an_input_or_a_constant_are_answered_from_owned_memory(tmp_path):
+    """pt2serve frees a request's inputs before it writes the answer: outputs that were views of them would answer
+    with freed memory. Concurrent requests over both transports, every output exactly eager's."""
+    from export_tools import export_package
+    model = Aliasing()
+    package = export_package(model, (torch.randn(2, 3, 4),), tmp_path / "aliasing.pt2", dynamic_batch=(1, 8),
+                             cpu_isa="default")
+    repo = tmp_path / "models"
+    (repo / "aliasing" / "1").mkdir(parents=True)
+    os.link(package, repo / "aliasing" / "1" / "model.pt2")
+    s = Serving(repo)
+    names = [f"output_{i}" for i in range(4)]
+    try:
+        rng = np.random.default_rng(4)
+        xs = [rng.standard_normal((1 + i % 4, 3, 4)).astype(np.float32) for i in range(32)]
+        pending = []
+        for x in xs:
+            inp = tritonhttp.InferInput("x", list(x.shape), "FP32")
+            inp.set_data_from_numpy(x, binary_data=True)
+            pending.append(s.client.async_infer("aliasing", [inp], outputs=[
+                tritonhttp.InferRequestedOutput(n, binary_data=True) for n in names]))
+        answers = [p.get_result() for p in pending]
+        for x in xs[:8]:
+            inp = tritongrpc.InferInput("x", list(x.shape), "FP32")
+            inp.set_data_from_numpy(x)
+            answers.append(s.grpc.infer("aliasing", [inp], outputs=[tritongrpc.InferRequestedOutput(n) for n in names]))
+        with torch.no_grad():
+            for x, answer in zip(xs + xs[:8], answers):
+                for name, expected in zip(names, model(torch.from_numpy(x))):
+                    np.testing.assert_array_equal(answer.as_numpy(name), expected.numpy(), err_msg=name)
+    finally:
+        assert s.stop() == 0
+
+
 def test_the_proto_has_the_wire_format_of_the_clients(tmp_path):
     """serve/proto/open_inference_grpc.proto (written from the specification) against tritonclient's compiled one:
     every message's fields by name, number, type and label, and every service method."""
