@@ -8,7 +8,8 @@ APT_PACKAGES=(build-essential cmake ninja-build binutils git libssl-dev googlete
               libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler python3-venv iproute2 openssl
               clang libclang-rt-14-dev  # clang: libFuzzer targets (make fuzz)
               libc++-dev libc++abi-dev mono-mcs mono-runtime rustc cargo  # the C API's consumers (make test)
-              qemu-user)  # other host classes, emulated: x86-64 without AVX-512 or AVX, aarch64 (make test)
+              qemu-user  # other host classes, emulated: x86-64 without AVX-512 or AVX, aarch64 (make test)
+              ccache)  # compiler cache shared by every build tree and clone (scripts/lib.sh)
 ensure_debian_packages "${APT_PACKAGES[@]}"
 if [ "$FLAVOUR" = cuda ] && [ ! -x "$CUDA_ROOT/bin/nvcc" ]; then
   echo "error: the cuda flavour needs nvcc at $CUDA_ROOT/bin/nvcc (set CUDA_ROOT to the CUDA 13 toolkit)" >&2

@@ -30,6 +30,19 @@ if [ "$FLAVOUR" = cuda ]; then
   export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-8.0;9.0}
 fi
 
+# Compiler cache: ccache (bootstrap installs it) in front of every compiler that CMake runs (our builds, the
+# sanitizer, fuzz, cross and CUDA trees, Conan's package build, the scaffold and test_package consumers), one
+# cache for every clone on this machine: paths below the checkout are hashed relative to it (CCACHE_BASEDIR), so a
+# fresh clone in another folder hits what this one compiled. PT2RT_CCACHE=0 turns it off.
+# Called again by the scripts that configure, after bootstrap may have installed it.
+use_ccache() {
+  if [ "${PT2RT_CCACHE:-1}" != 0 ] && command -v ccache >/dev/null; then
+    export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_CUDA_COMPILER_LAUNCHER=ccache
+    export CCACHE_BASEDIR=$ROOT CCACHE_NOHASHDIR=true CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-12G}
+  fi
+}
+use_ccache
+
 log() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 
 # Installs those of the Debian packages "$@" that are missing (apt-get, as root; as another user it prints the
