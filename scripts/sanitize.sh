@@ -2,8 +2,15 @@
 # Builds our code with AddressSanitizer + UndefinedBehaviorSanitizer (build/<flavour>-asan) and runs the C++
 # tests under them: gtest suites, the pt2run bad-input matrix and the soak. A sanitizer report fails the run.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-"$ROOT/scripts/bootstrap.sh"
 ASAN_DIR=$ROOT/build/$FLAVOUR-asan
+if [ "$FLAVOUR" = cpu ]; then
+  # the cpu-asan preset runs the regular build's test packages (the same packages; no second export under ASan)
+  "$ROOT/scripts/build.sh"
+  log "test packages of build/cpu-release"
+  ctest --test-dir "$BUILD_DIR" -R '^export_test_packages$' --output-on-failure --no-tests=error
+else
+  "$ROOT/scripts/bootstrap.sh"
+fi
 log "cmake --preset $FLAVOUR-asan -> build/$FLAVOUR-asan"  # CMakePresets.json; the Conan toolchain of the regular build
 cmake --preset "$FLAVOUR-asan" >/dev/null
 log "cmake --build build/$FLAVOUR-asan"
