@@ -13,4 +13,4 @@ export ASAN_OPTIONS=detect_leaks=1:intercept_tls_get_addr=0  # see scripts/sanit
 export LSAN_OPTIONS=suppressions=$ROOT/tests/sanitizers/lsan.supp:print_suppressions=0
 export UBSAN_OPTIONS=print_stacktrace=1
 log "fuzzing, ${FUZZ_SECONDS:-30} s per target"
-ctest --test-dir "$FUZZ_DIR" --output-on-failure --no-tests=error -R '^fuzz_'
+ctest --test-dir "$FUZZ_DIR" --output-on-failure --no-tests=error -R '^fuzz_' -j "$(nproc)"  # one core per fuzzer
