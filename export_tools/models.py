@@ -122,3 +122,21 @@ def conv_classifier_net():
 def identity_conv_op_only():
     gen = torch.Generator().manual_seed(1)
     return IdentityConvOpOnly().eval(), (torch.randn(2, 3, 16, 16, generator=gen),)
+
+
+class Aliasing(torch.nn.Module):
+    """Outputs that alias: a view of the input, a constant as it is, and one tensor twice. The runtime must hand
+    out outputs the caller owns alone (tests of Runtime::run, the C API and pt2serve)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("w", torch.arange(6, dtype=torch.float32).reshape(2, 3))
+
+    def forward(self, x):
+        y = x * 2
+        return x.reshape(x.shape[0], -1), self.w, y, y
+
+
+def aliasing_outputs():
+    gen = torch.Generator().manual_seed(2)
+    return Aliasing().eval(), (torch.randn(2, 3, 4, generator=gen),)

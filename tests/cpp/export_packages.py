@@ -103,18 +103,6 @@ def export_multi_io(out: Path) -> None:
         torch.save(list(model(x, y)), out / "multi_io_expected.pt")
 
 
-class Aliasing(torch.nn.Module):
-    """Outputs that alias: a view of the input, a constant as it is, and one tensor twice. The runtime must hand
-    out outputs the caller owns alone (tests of Runtime::run, the C API and pt2serve)."""
-    def __init__(self):
-        super().__init__()
-        self.register_buffer("w", torch.arange(6, dtype=torch.float32).reshape(2, 3))
-
-    def forward(self, x):
-        y = x * 2
-        return x.reshape(x.shape[0], -1), self.w, y, y
-
-
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True, type=Path)
@@ -142,8 +130,8 @@ def main():
         half_model, half_inputs = factory()
         export_package(half_model, half_inputs, out / f"{name}.pt2", golden=2)
 
-    export_package(Aliasing(), (torch.randn(2, 3, 4),), out / "aliasing.pt2", dynamic_batch=(1, 8), golden=2,
-                   cpu_isa="default")
+    aliasing, aliasing_inputs = models.aliasing_outputs()
+    export_package(aliasing, aliasing_inputs, out / "aliasing.pt2", dynamic_batch=(1, 8), golden=2, cpu_isa="default")
     export_probe(args.probe_ops, out / "probe.pt2")
     export_multi_io(out)
 

@@ -328,25 +328,12 @@ def test_grpc_errors_carry_the_protocol_status(server, exported):
     torch.testing.assert_close(torch.from_numpy(grpc_infer(c, "net", x).copy()), eager(exported, x))
 
 
-class Aliasing(torch.nn.Module):
-    """Outputs that alias: a view of the input, a constant as it is, one tensor twice."""
-
-    def __init__(self):
-        super().__init__()
-        self.register_buffer("w", torch.arange(6, dtype=torch.float32).reshape(2, 3))
-
-    def forward(self, x):
-        y = x * 2
-        return x.reshape(x.shape[0], -1), self.w, y, y
-
-
 def test_outputs_that_alias_an_input_or_a_constant_are_answered_from_owned_memory(tmp_path):
     """pt2serve frees a request's inputs before it writes the answer: outputs that were views of them would answer
     with freed memory. Concurrent requests over both transports, every output exactly eager's."""
-    from export_tools import export_package
-    model = Aliasing()
-    package = export_package(model, (torch.randn(2, 3, 4),), tmp_path / "aliasing.pt2", dynamic_batch=(1, 8),
-                             cpu_isa="default")
+    from export_tools import export_package, models
+    model, inputs = models.aliasing_outputs()
+    package = export_package(model, inputs, tmp_path / "aliasing.pt2", dynamic_batch=(1, 8), cpu_isa="default")
     repo = tmp_path / "models"
     (repo / "aliasing" / "1").mkdir(parents=True)
     os.link(package, repo / "aliasing" / "1" / "model.pt2")
