@@ -19,8 +19,10 @@ PRESET=conan-$FLAVOUR-$build_type_lc
 PYTHON=$VENV/bin/python
 # The venv's tools (cmake, conan) first.
 export PATH=$VENV/bin:$PATH
-# Conan's cache lives in the checkout, so setting up never touches the user's own Conan configuration.
-export CONAN_HOME=$ROOT/.conan2
+# Conan's cache: one per machine, outside every checkout and apart from the user's own ~/.conan2. Clones share what
+# Conan packaged, and torch's headers keep one path in every clone, so the compiler cache hits across clones (a
+# cache inside the checkout names its package folders at random per clone). PT2RT_CONAN_HOME overrides it.
+export CONAN_HOME=${PT2RT_CONAN_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/pt2rt/conan2}
 CONAN_REMOTE=pt2rt-local
 if [ "$FLAVOUR" = cuda ]; then
   CUDA_ROOT=${CUDA_ROOT:-/usr/local/cuda}
@@ -43,7 +45,8 @@ use_ccache() {
 }
 use_ccache
 
-log() { printf '\033[1m==> %s\033[0m\n' "$*"; }
+# Each step with the time of day, so a log shows where a run's minutes went.
+log() { printf '\033[1m==> %s %s\033[0m\n' "$(date +%T)" "$*"; }
 
 # Installs those of the Debian packages "$@" that are missing (apt-get, as root; as another user it prints the
 # command and fails). A package of another architecture (name:arm64) adds that architecture to dpkg first.
