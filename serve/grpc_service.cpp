@@ -8,6 +8,7 @@
 #include "grpc_infer.h"
 #include "model.h"
 #include "open_inference_grpc.grpc.pb.h"
+#include "protocol.h"
 
 #include <grpcpp/grpcpp.h>
 
@@ -105,18 +106,21 @@ class Service final : public inference::GRPCInferenceService::Service {
     try {
       f();
       return Status::OK;
-    } catch (const NotFound& e) {
-      return Status(StatusCode::NOT_FOUND, e.what());
-    } catch (const BadRequest& e) {
-      return Status(StatusCode::INVALID_ARGUMENT, e.what());
-    } catch (const Unavailable& e) {
-      return Status(StatusCode::UNAVAILABLE, e.what());
-    } catch (const pt2rt::Error& e) {
-      const bool client = e.code() == pt2rt::ErrorCode::Input || e.code() == pt2rt::ErrorCode::Usage;
-      return Status(client ? StatusCode::INVALID_ARGUMENT : StatusCode::INTERNAL, e.what());
-    } catch (const std::exception& e) {
-      return Status(StatusCode::INTERNAL, e.what());
+    } catch (...) {
+      const Failure failure = current_failure();
+      return Status(grpc_code(failure.kind), failure.message);
     }
+  }
+
+  static StatusCode grpc_code(ErrorKind kind) {
+    switch (kind) {
+      case ErrorKind::InvalidArgument: return StatusCode::INVALID_ARGUMENT;
+      case ErrorKind::NotFound: return StatusCode::NOT_FOUND;
+      case ErrorKind::TooLarge: return StatusCode::RESOURCE_EXHAUSTED;
+      case ErrorKind::Unavailable: return StatusCode::UNAVAILABLE;
+      case ErrorKind::Internal: break;
+    }
+    return StatusCode::INTERNAL;
   }
 
   void infer(Model& m, const inference::ModelInferRequest& q, inference::ModelInferResponse* r) const {
@@ -171,6 +175,10 @@ GrpcServer::GrpcServer(Registry& registry, const std::string& host, int port, si
   builder.AddListeningPort(host + ":" + std::to_string(port), credentials, &port_);
   builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<size_t>(max_message_bytes, INT32_MAX)));
   builder.SetMaxSendMessageSize(INT32_MAX);
+  // gRPC 1.51 inflates a compressed message before it checks the size limit: compressed requests are refused
+  // (UNIMPLEMENTED, from the grpc-encoding header, before the message is read).
+  builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_DEFLATE, false);
+  builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_GZIP, false);
   builder.RegisterService(impl_->service.get());
   impl_->server = builder.BuildAndStart();
   if (!impl_->server) port_ = -1;

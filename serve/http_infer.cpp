@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "model.h"
+#include "protocol.h"
 
 namespace pt2serve {
 namespace {
@@ -14,10 +15,15 @@ namespace {
 using json = nlohmann::json;
 using pt2rt::DType;
 
-// Element `i` of input `name`: what was wrong with it.
+// Element `i` of input `name`: what was wrong with it. An object is named, not printed (it may be large).
 BadRequest bad_element(const std::string& name, size_t i, const json& v, const std::string& why) {
-  return BadRequest("input '" + name + "': element " + std::to_string(i) + " (" +
-                    v.dump(-1, ' ', false, json::error_handler_t::replace) + ") " + why);
+  std::string shown = "an object";
+  if (v.is_string()) {
+    shown = json(clip(v.get_ref<const std::string&>(), 48)).dump(-1, ' ', false, json::error_handler_t::replace);
+  } else if (!v.is_object()) {
+    shown = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  }
+  return BadRequest("input '" + name + "': element " + std::to_string(i) + " (" + clip(shown, 64) + ") " + why);
 }
 
 // A JSON number (or boolean) as an integer in [lo, hi]; a float only when it is integral ("3.0").
@@ -162,13 +168,15 @@ HttpInferRequest parse_http_infer(const pt2rt::Spec& spec, const std::string& bo
   size_t json_size = body.size();
   if (header_length != nullptr) {
     if (!parse_size(*header_length, json_size)) {
-      throw BadRequest("Inference-Header-Content-Length must be a number of bytes, got '" + *header_length + "'");
+      throw BadRequest("Inference-Header-Content-Length must be a number of bytes, got '" + clip(*header_length, 64) +
+                       "'");
     }
     if (json_size > body.size()) {
       throw BadRequest("Inference-Header-Content-Length is " + *header_length + ", but the body has " +
                        std::to_string(body.size()) + " bytes");
     }
   }
+  check_json_depth(body.data(), body.data() + json_size);
   json request;
   try {
     request = json::parse(body.begin(), body.begin() + static_cast<std::ptrdiff_t>(json_size));
@@ -178,6 +186,10 @@ HttpInferRequest parse_http_infer(const pt2rt::Spec& spec, const std::string& bo
   const json* inputs_json = request.is_object() ? member(request, "inputs") : nullptr;
   if (inputs_json == nullptr || !inputs_json->is_array()) {
     throw BadRequest("expected a JSON object with \"inputs\": [...]");
+  }
+
+  if (const json* id = member(request, "id"); id != nullptr && !id->is_string()) {
+    throw BadRequest("\"id\" must be a string");
   }
 
   HttpInferRequest out;

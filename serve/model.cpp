@@ -5,10 +5,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include <nlohmann/json.hpp>
 
 #include "log.h"
+#include "protocol.h"
 
 namespace fs = std::filesystem;
 
@@ -16,27 +18,44 @@ namespace pt2serve {
 
 ModelConfig read_config(const std::string& path) {
   ModelConfig c;
-  if (!fs::exists(path)) return c;
-  std::ifstream in(path);
+  std::error_code ec;
+  const auto status = fs::status(path, ec);
+  if (status.type() == fs::file_type::not_found) return c;
+  // a FIFO or device would block the start (or a load) on its open or read
+  if (ec || status.type() != fs::file_type::regular) throw std::runtime_error(path + " is not a regular file");
+  constexpr uintmax_t kMaxConfigBytes = 1 << 20;
+  if (fs::file_size(path, ec) > kMaxConfigBytes || ec) {
+    throw std::runtime_error(path + " is larger than " + std::to_string(kMaxConfigBytes) + " bytes");
+  }
+  std::ifstream in(path, std::ios::binary);
+  const std::string text(std::istreambuf_iterator<char>(in), {});
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in);
+    check_json_depth(text.data(), text.data() + text.size());
+    j = nlohmann::json::parse(text);
   } catch (const std::exception& e) {
     throw std::runtime_error(path + " is not JSON: " + e.what());
   }
   if (!j.is_object()) throw std::runtime_error(path + ": expected a JSON object");
-  const auto integer = [&](const nlohmann::json& v, const char* key, int64_t lo) {
-    if (!v.is_number_integer() || v.get<int64_t>() < lo)
-      throw std::runtime_error(path + ": " + key + " must be an integer >= " + std::to_string(lo));
+  // every integer with the range it is used in: an out-of-range value is refused, never wrapped or clamped
+  const auto integer = [&](const nlohmann::json& v, const std::string& key, int64_t lo, int64_t hi) {
+    const bool in_range = v.is_number_unsigned()  ? v.get<uint64_t>() <= static_cast<uint64_t>(hi) &&
+                                                        static_cast<int64_t>(v.get<uint64_t>()) >= lo
+                          : v.is_number_integer() ? v.get<int64_t>() >= lo && v.get<int64_t>() <= hi
+                                                  : false;
+    if (!in_range) {
+      throw std::runtime_error(path + ": " + key + " must be an integer from " + std::to_string(lo) + " to " +
+                               std::to_string(hi) + ", got " + clip(v.dump(), 64));
+    }
     return v.get<int64_t>();
   };
   for (const auto& [key, v] : j.items()) {
     if (key == "max_batch_size") {
-      c.max_batch_size = integer(v, "max_batch_size", 0);
+      c.max_batch_size = integer(v, "max_batch_size", 0, kMaxBatchSize);
     } else if (key == "instance_count") {
-      c.instance_count = static_cast<int>(integer(v, "instance_count", 1));
+      c.instance_count = static_cast<int>(integer(v, "instance_count", 1, kMaxInstances));
     } else if (key == "max_queue") {
-      c.max_queue = static_cast<size_t>(integer(v, "max_queue", 1));
+      c.max_queue = static_cast<size_t>(integer(v, "max_queue", 1, kMaxQueue));
     } else if (key == "ops_libraries") {
       if (!v.is_array()) throw std::runtime_error(path + ": ops_libraries must be a list of paths");
       for (const auto& p : v) {
@@ -50,10 +69,10 @@ ModelConfig read_config(const std::string& path) {
       } else if (v.is_object()) {
         for (const auto& [k, w] : v.items()) {
           if (k == "max_queue_delay_microseconds") {
-            c.max_queue_delay_us = integer(w, "dynamic_batching.max_queue_delay_microseconds", 0);
+            c.max_queue_delay_us = integer(w, "dynamic_batching.max_queue_delay_microseconds", 0, kMaxQueueDelayUs);
           } else if (k == "preferred_batch_size") {
             if (!w.is_array()) throw std::runtime_error(path + ": preferred_batch_size must be a list of integers");
-            for (const auto& s : w) c.preferred_batch_size.push_back(integer(s, "preferred_batch_size", 1));
+            for (const auto& s : w) c.preferred_batch_size.push_back(integer(s, "preferred_batch_size", 1, kMaxBatchSize));
           } else {
             throw std::runtime_error(path + ": unknown key dynamic_batching." + k +
                                      " (expected max_queue_delay_microseconds, preferred_batch_size)");
@@ -405,13 +424,13 @@ std::vector<ModelPtr> Registry::models() const {
 namespace {
 // A model name from a request is used as a folder name under the repository: a plain name only.
 void check_model_name(const std::string& name) {
-  const bool plain = !name.empty() && name.size() <= 255 && name != "." && name != ".." &&
+  const bool plain = !name.empty() && name.size() <= 255 && name[0] != '.' &&
                      std::all_of(name.begin(), name.end(), [](unsigned char c) {
                        return std::isalnum(c) || c == '_' || c == '-' || c == '.';
                      });
   if (!plain) {
-    throw BadRequest("model name '" + name + "' is not a folder name of the repository (expected letters, digits, " +
-                     "'_', '-', '.')");
+    throw BadRequest("model name '" + clip(name, 64) + "' is not a model folder name of the repository (expected " +
+                     "letters, digits, '_', '-', '.', not starting with '.')");
   }
 }
 }  // namespace

@@ -28,6 +28,16 @@ struct BadRequest : std::runtime_error {
 struct Unavailable : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+// A request body past the server's limit as it arrives (HTTP 413).
+struct TooLarge : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// The ranges of config.json's integers.
+constexpr int64_t kMaxBatchSize = int64_t{1} << 20;
+constexpr int64_t kMaxInstances = 256;            // each a runner and a thread
+constexpr int64_t kMaxQueue = int64_t{1} << 20;   // each waiting request holds its inputs
+constexpr int64_t kMaxQueueDelayUs = 60'000'000;  // a minute
 
 struct ModelConfig {
   int64_t max_batch_size = 0;            // 0: the package's batch range decides

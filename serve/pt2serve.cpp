@@ -27,6 +27,7 @@
 #include "http_infer.h"
 #include "log.h"
 #include "model.h"
+#include "protocol.h"
 
 using nlohmann::json;
 using pt2rt::DType;
@@ -64,14 +65,16 @@ class Server {
         if (!m->ready()) reply(res, 400, {{"error", "model " + m->name() + " is not ready: " + m->load_error()}});
       });
     });
-    svr.Post(R"(/v2/models/([^/]+)(?:/versions/([^/]+))?/infer)", [this](const httplib::Request& req,
-                                                                          httplib::Response& res) {
-      handle(res, [&] { infer(req, res); });
-    });
+    // Bodies are read by the routes themselves (ContentReader), bounded as they arrive: see read_body.
+    svr.Post(R"(/v2/models/([^/]+)(?:/versions/([^/]+))?/infer)",
+             [this](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+               handle(res, [&] { infer(req, read_body(req, res, reader), res); });
+             });
     // Triton's model repository extension: the index, and (re)loading or unloading a model while serving
-    svr.Post("/v2/repository/index", [this](const httplib::Request& req, httplib::Response& res) {
+    svr.Post("/v2/repository/index", [this](const httplib::Request& req, httplib::Response& res,
+                                            const httplib::ContentReader& reader) {
       handle(res, [&] {
-        const json body = repository_body(req, "repository index");
+        const json body = repository_body(read_body(req, res, reader), "repository index");
         if (body.contains("ready") && !body["ready"].is_boolean()) {
           throw BadRequest("repository index: 'ready' must be true or false");
         }
@@ -84,18 +87,20 @@ class Server {
         reply(res, 200, index);
       });
     });
-    svr.Post(R"(/v2/repository/models/([^/]+)/load)", [this](const httplib::Request& req, httplib::Response& res) {
+    svr.Post(R"(/v2/repository/models/([^/]+)/load)", [this](const httplib::Request& req, httplib::Response& res,
+                                                             const httplib::ContentReader& reader) {
       handle(res, [&] {
         std::vector<std::string> parameters;
-        repository_body(req, "load", &parameters);
+        repository_body(read_body(req, res, reader), "load", &parameters);
         registry_.load(req.matches[1], parameters);
         reply(res, 200, json::object());
       });
     });
-    svr.Post(R"(/v2/repository/models/([^/]+)/unload)", [this](const httplib::Request& req, httplib::Response& res) {
+    svr.Post(R"(/v2/repository/models/([^/]+)/unload)", [this](const httplib::Request& req, httplib::Response& res,
+                                                               const httplib::ContentReader& reader) {
       handle(res, [&] {
         std::vector<std::string> parameters;
-        repository_body(req, "unload", &parameters);
+        repository_body(read_body(req, res, reader), "unload", &parameters);
         registry_.unload(req.matches[1], parameters);
         reply(res, 200, json::object());
       });
@@ -103,28 +108,30 @@ class Server {
     svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       res.set_content(metrics(), "text/plain; version=0.0.4");
     });
+    // Any other request with a body: answered without reading it (else httplib would read it whole, unbounded),
+    // and the connection closed, as the unread body is still on it.
+    const httplib::Server::HandlerWithContentReader unknown = [](const httplib::Request& req, httplib::Response& res,
+                                                                 const httplib::ContentReader&) {
+      res.set_header("Connection", "close");
+      reply(res, 404, {{"error", clip("no such endpoint: " + req.method + " " + req.path)}});
+    };
+    svr.Post(".*", unknown).Put(".*", unknown).Patch(".*", unknown).Delete(".*", unknown);
     // errors httplib answers itself (before a route runs) get the protocol's JSON body too
     svr.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
       std::string what = "HTTP " + std::to_string(res.status);
-      if (res.status == 404) what = "no such endpoint: " + req.method + " " + req.path;
-      if (res.status == 413) {
-        what = "the request body is too large: the limit is " + std::to_string(max_request_bytes_) +
-               " bytes (--max-request-mb), and 8192 for a body sent as application/x-www-form-urlencoded " +
-               "(send application/json or application/octet-stream)";
-      }
-      res.set_content(json{{"error", what}}.dump(), "application/json");
+      if (res.status == 404) what = clip("no such endpoint: " + req.method + " " + req.path);
+      if (res.status == 413) what = too_large();
+      res.set_content(json{{"error", what}}.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
     });
     svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-      std::string what = "internal error";
+      Failure f{ErrorKind::Internal, "internal error"};
       try {
         std::rethrow_exception(ep);
-      } catch (const std::exception& e) {
-        what = e.what();
       } catch (...) {
+        f = current_failure();
       }
-      res.status = 500;
-      res.set_content(json{{"error", what}}.dump(), "application/json");
+      reply(res, http_status(f.kind), {{"error", f.message}});
     });
   }
 
@@ -135,21 +142,48 @@ class Server {
   }
 
   template <typename F>
-  void handle(httplib::Response& res, F&& f) {
+  static void handle(httplib::Response& res, F&& f) {
     try {
       f();
-    } catch (const NotFound& e) {
-      reply(res, 404, {{"error", e.what()}});
-    } catch (const BadRequest& e) {
-      reply(res, 400, {{"error", e.what()}});
-    } catch (const Unavailable& e) {
-      reply(res, 503, {{"error", e.what()}});
-    } catch (const pt2rt::Error& e) {
-      const bool client = e.code() == pt2rt::ErrorCode::Input || e.code() == pt2rt::ErrorCode::Usage;
-      reply(res, client ? 400 : 500, {{"error", e.what()}});
-    } catch (const std::exception& e) {
-      reply(res, 500, {{"error", e.what()}});
+    } catch (...) {
+      const Failure failure = current_failure();
+      reply(res, http_status(failure.kind), {{"error", failure.message}});
     }
+  }
+
+  std::string too_large() const {
+    return "the request body is larger than the limit, " + std::to_string(max_request_bytes_) +
+           " bytes (--max-request-mb), once decoded";
+  }
+
+  // The body of a request, bounded as it arrives: its decoded bytes (after any Content-Encoding) whatever the
+  // framing (Content-Length, chunked, none). Past the limit, or unreadable: TooLarge or BadRequest, and the
+  // connection closes, as the rest of the body is never read.
+  std::string read_body(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+    if (req.is_multipart_form_data()) {
+      res.set_header("Connection", "close");
+      throw BadRequest("multipart/form-data bodies are not taken: send application/json or application/octet-stream");
+    }
+    std::string body;
+    if (req.has_header("Content-Length")) {  // a hint only: a compressed body grows
+      body.reserve(std::min<size_t>(req.get_header_value<uint64_t>("Content-Length"), max_request_bytes_));
+    }
+    bool over = false;
+    const bool ok = reader([&](const char* data, size_t n) {
+      if (n > max_request_bytes_ - body.size()) {
+        over = true;
+        return false;
+      }
+      body.append(data, n);
+      return true;
+    });
+    if (!ok) {
+      res.set_header("Connection", "close");
+      if (over || res.status == 413) throw TooLarge(too_large());
+      throw BadRequest("the request body could not be read (a broken chunked or Content-Encoding stream, or the "
+                       "client stopped sending)");
+    }
+    return body;
   }
 
   // The model (and version: the highest when none is named) of a /v2/models/{m}[/versions/{v}] path.
@@ -168,21 +202,21 @@ class Server {
                      {"outputs", outputs}});
   }
 
-  void infer(const httplib::Request& req, httplib::Response& res) {
+  void infer(const httplib::Request& req, const std::string& body, httplib::Response& res) {
     ModelPtr m = find(req, true);
     m->stats().requests++;
     try {
-      infer_checked(*m, req, res);
+      infer_checked(*m, req, body, res);
     } catch (...) {
       m->stats().failures++;
       throw;
     }
   }
 
-  void infer_checked(Model& m, const httplib::Request& req, httplib::Response& res) {
+  void infer_checked(Model& m, const httplib::Request& req, const std::string& body_in, httplib::Response& res) {
     const bool has_length = req.has_header(kHeaderLength);
     const std::string length = has_length ? req.get_header_value(kHeaderLength) : "";
-    HttpInferRequest parsed = parse_http_infer(m.spec(), req.body, has_length ? &length : nullptr, max_request_bytes_);
+    HttpInferRequest parsed = parse_http_infer(m.spec(), body_in, has_length ? &length : nullptr, max_request_bytes_);
     const auto outputs = m.infer(std::move(parsed.inputs));
     const auto& spec = m.spec();
     json out = {{"model_name", m.name()}, {"model_version", m.version()}, {"outputs", json::array()}};
@@ -255,10 +289,11 @@ class Server {
   }
 
   // A repository request's JSON body (may be empty) and the names of its parameters (the registry judges them).
-  static json repository_body(const httplib::Request& req, const char* what,
+  static json repository_body(const std::string& text, const char* what,
                               std::vector<std::string>* parameters = nullptr) {
-    if (req.body.empty()) return json::object();
-    const json body = json::parse(req.body, nullptr, false);
+    if (text.empty()) return json::object();
+    check_json_depth(text.data(), text.data() + text.size());
+    const json body = json::parse(text, nullptr, false);
     if (!body.is_object()) throw BadRequest(std::string(what) + ": the body is not a JSON object");
     if (body.contains("parameters")) {
       const json& p = body["parameters"];
@@ -301,10 +336,13 @@ int main(int argc, char** argv) {
   // the others queued (p99 57 ms vs 27 ms at 64 clients with 8 vs 16 threads, measured); idle threads cost a stack.
   app.add_option("--http-threads", threads, "HTTP worker threads: at least the concurrent keep-alive clients")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--max-request-mb", max_request_mb, "largest request body")->capture_default_str();
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--max-request-mb", max_request_mb, "largest request body, once decoded")
+      ->capture_default_str()
+      ->check(CLI::Range(0.001, 2047.0));  // gRPC's message limit is an int
   app.add_option("--shutdown-seconds", shutdown_seconds, "on SIGTERM, how long in-flight requests may take")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 86400.0));
   app.add_option("--model-control-mode", model_control,
                  "none: the models loaded at start serve until exit; explicit: POST /v2/repository/models/{m}/load "
                  "and /unload (re)load and unload them while serving; poll: follow the repository folder (new, "
@@ -328,7 +366,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    const int code = app.exit(e);  // --help and --version: 0
+    return code == 0 ? 0 : 2;
   }
   // SIGTERM and SIGINT are taken by one thread (sigwait): blocked here, before any other thread starts.
   sigset_t stop_signals;

@@ -8,12 +8,14 @@ import queue
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import zlib
 from functools import partial
 from pathlib import Path
 
@@ -500,9 +502,12 @@ def test_garbage_truncated_and_out_of_range_requests_are_400s(server, exported):
     with pytest.raises(InferenceServerException) as err:
         server.grpc.infer("net", [inp])
     assert err.value.status() == "StatusCode.INVALID_ARGUMENT" and "larger than the request limit" in err.value.message()
-    # a form-encoded body (curl --data's default) past httplib's 8 KiB for those: said, not an empty 413
-    status, body = _post(server, infer_path, header + x.tobytes(), {"Content-Type": "application/x-www-form-urlencoded"})
-    assert status == 413 and "application/x-www-form-urlencoded" in body["error"]
+    # a form-encoded body (curl --data's default) is read as the request, as any other content type
+    status, body = _post(server, infer_path, header + x.tobytes(), {"Content-Type": "application/x-www-form-urlencoded",
+                                                                     "Inference-Header-Content-Length": str(len(header))})
+    assert status == 200 and body["outputs"][0]["name"] == "output_0", body
+    status, body = _post(server, infer_path, b"--b\r\n\r\n{}\r\n--b--", {"Content-Type": "multipart/form-data; boundary=b"})
+    assert status == 400 and "multipart/form-data bodies are not taken" in body["error"], body
     status, body = _post(server, "/v2/nothing", b"{}")
     assert status == 404 and body["error"] == "no such endpoint: POST /v2/nothing"
     # a batch past the package's range (1..32)
@@ -835,3 +840,152 @@ def test_the_http_listen_backlog_takes_a_burst_of_clients(server):
     out = subprocess.run(["ss", "-ltnH", f"sport = :{server.port}"], capture_output=True, text=True, check=True).stdout
     backlog = int(out.split()[2])  # Send-Q of a listening socket: its backlog
     assert backlog >= 128, out
+
+
+# Hostile clients: requests within or at the limits that must not take the server down or its memory
+# (docs/serving.md "Limits and attacks").
+
+def _peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+def _raw_exchange(server, head: bytes, body_parts) -> bytes:
+    """Sends a request as raw bytes (the head, then each body part while the server reads) and returns what the
+    server answered: b"" when it closed or reset the connection before its answer could be read."""
+    with socket.create_connection(("localhost", server.port), timeout=30) as s:
+        try:
+            s.sendall(head)
+            for part in body_parts:
+                s.sendall(part)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        answer = b""
+        try:
+            while chunk := s.recv(65536):
+                answer += chunk
+        except ConnectionResetError:
+            pass
+        return answer
+
+
+def test_json_nested_past_the_depth_limit_is_a_400_not_a_crash(server):
+    """An "id" nested 100,000 deep (263 KB) overflowed the stack when the answer echoed it; so did a data element
+    that is a deep object, printed into the error."""
+    path = "/v2/models/net/infer"
+    deep_id = b'{"id": ' + b"[" * 100_000 + b"]" * 100_000 + b', "inputs": []}'
+    status, body = _post(server, path, deep_id)
+    assert status == 400 and "deeper than 64 levels" in body["error"], body
+    element = b'{"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [' + b'{"a": ' * 100_000 + b"1" + \
+        b"}" * 100_000 + b"]}]}"
+    status, body = _post(server, path, element)
+    assert status == 400 and "deeper than 64 levels" in body["error"], body
+    status, body = _post(server, path, json.dumps({"id": {"a": 1}, "inputs": []}).encode())
+    assert status == 400 and body["error"] == '"id" must be a string'
+    status, body = _post(server, "/v2/repository/index", b"[" * 100_000)
+    assert status == 400 and "deeper than 64 levels" in body["error"], body
+    assert server.get("/v2/health/live")[0] == 200
+
+
+def test_a_compressed_or_chunked_body_is_bounded_as_it_is_decoded(server):
+    """The limit (--max-request-mb 4 here) holds for the decoded bytes, whatever the framing: 256 MiB of zeros as
+    250 KB of gzip, and 256 MiB sent chunked, each answered 413 with the server's peak memory barely moved."""
+    before = _peak_rss_mb(server.proc.pid)
+    z = zlib.compressobj(wbits=31)  # gzip
+    bomb = b"".join(z.compress(b"\0" * (1 << 20)) for _ in range(256)) + z.flush()
+    assert len(bomb) < 300_000
+    status, body = _post(server, "/v2/models/net/infer", bomb, {"Content-Encoding": "gzip"})
+    assert status == 413 and "once decoded" in body["error"], body
+    head = (f"POST /v2/models/net/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Transfer-Encoding: chunked\r\n\r\n").encode()
+    chunk = b"100000\r\n" + b"\0" * (1 << 20) + b"\r\n"
+    answer = _raw_exchange(server, head, (chunk for _ in range(256)))
+    assert answer == b"" or answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    grown = _peak_rss_mb(server.proc.pid) - before
+    assert grown < 100, f"peak RSS grew {grown:.0f} MB"
+    x = np.ones((1, 3, 32, 32), np.float32)
+    torch.testing.assert_close(torch.from_numpy(infer(server.client, "net", x).copy()),
+                               eager(None, x))
+
+
+def test_errors_quote_at_most_a_kilobyte_of_the_request(server, exported):
+    """A 100,000-dim shape was quoted whole: a 3 MB HTTP error, and over gRPC a status too large to send
+    (RESOURCE_EXHAUSTED instead of INVALID_ARGUMENT)."""
+    status, body = _post(server, "/v2/models/net/infer", json.dumps(
+        {"inputs": [{"name": "x" * 100_000, "shape": [1] * 100_000, "datatype": "FP32", "data": [1]}]}).encode())
+    assert status == 400 and len(body["error"]) <= 1024 and "bytes)" in body["error"], len(body["error"])
+    inp = tritongrpc.InferInput("x" * 100_000, [1] * 100_000, "FP32")
+    inp._raw_content = b"\0\0\0\0"
+    with pytest.raises(InferenceServerException) as err:
+        server.grpc.infer("net", [inp])
+    assert err.value.status() == "StatusCode.INVALID_ARGUMENT" and len(err.value.message()) <= 1024
+
+
+def test_grpc_compressed_requests_are_refused_before_they_are_inflated(server):
+    """gRPC 1.51 inflates a message before its size check: 0.2 MB of gzip took 210 MB. Compressed requests are
+    refused from their grpc-encoding header."""
+    x = np.zeros((400, 3, 32, 32), np.float32)  # 4.9 MB, past --max-request-mb 4
+    inp = tritongrpc.InferInput("x", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x)
+    with pytest.raises(InferenceServerException) as err:
+        server.grpc.infer("net", [inp], compression_algorithm="gzip")
+    assert err.value.status() == "StatusCode.UNIMPLEMENTED" and "gzip" in err.value.message(), err.value.message()
+    assert server.grpc.is_server_live()
+
+
+def test_other_methods_and_paths_are_answered_without_reading_their_body(server):
+    for method in ("POST", "PUT", "PATCH", "DELETE"):
+        head = (f"{method} /v2/nothing HTTP/1.1\r\nHost: x\r\nContent-Length: {1 << 30}\r\n\r\n").encode()
+        answer = _raw_exchange(server, head, [b"\0" * 65536])
+        assert answer.startswith(b"HTTP/1.1 404") and b"Connection: close" in answer, answer[:300]
+        assert f"no such endpoint: {method} /v2/nothing".encode() in answer
+
+
+@pytest.mark.parametrize("config, message", [
+    ({"instance_count": 4294967297}, "instance_count must be an integer from 1 to 256, got 4294967297"),
+    ({"dynamic_batching": {"max_queue_delay_microseconds": 10**13}},
+     "dynamic_batching.max_queue_delay_microseconds must be an integer from 0 to 60000000"),
+    ({"max_batch_size": -1}, "max_batch_size must be an integer from 0 to 1048576"),
+    ({"max_queue": 2**64 - 1}, "max_queue must be an integer from 1 to 1048576"),
+    ("fifo", "config.json is not a regular file"),
+])
+def test_config_values_out_of_range_or_files_that_are_not_files_are_refused(exported, tmp_path, config, message):
+    """instance_count 2^32 + 1 silently became 1, a queue delay of 1e13 us overflowed into none, and a FIFO
+    config.json hung the start (SIGTERM ignored). Each now leaves the model unavailable, saying which key."""
+    repo = tmp_path / "models"
+    (repo / "m" / "1").mkdir(parents=True)
+    os.link(exported("op_static")[0], repo / "m" / "1" / "model.pt2")
+    if config == "fifo":
+        os.mkfifo(repo / "m" / "config.json")
+    else:
+        (repo / "m" / "config.json").write_text(json.dumps(config))
+    s = Serving(repo)
+    try:
+        index = {m["name"]: m for m in s.client.get_model_repository_index()}
+        assert index["m"]["state"] == "UNAVAILABLE" and message in index["m"]["reason"], index
+    finally:
+        assert s.stop() == 0
+
+
+def test_flags_out_of_range_exit_2(tmp_path):
+    for flag, value in (("--max-request-mb", "-1"), ("--max-request-mb", "0"), ("--http-threads", "100000"),
+                        ("--shutdown-seconds", "-5")):
+        r = subprocess.run([str(pt2serve_path()), "--model-repository", str(tmp_path), flag, value],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and flag in r.stderr, (flag, value, r.returncode, r.stderr)
+
+
+def test_explicit_load_refuses_dot_folders(exported, tmp_path):
+    """Folders whose names start with '.' are not models (a VCS folder, Kubernetes' ..data): not by name either."""
+    repo = tmp_path / "models"
+    (repo / "..data" / "1").mkdir(parents=True)
+    os.link(exported("op_static")[0], repo / "..data" / "1" / "model.pt2")
+    s = Serving(repo, "--model-control-mode", "explicit")
+    try:
+        with pytest.raises(InferenceServerException, match="not starting with '.'"):
+            s.client.load_model("..data")
+        assert s.client.get_model_repository_index() == []
+    finally:
+        assert s.stop() == 0
