@@ -1,11 +1,31 @@
 """Build-time tools: export models that use custom ops (from any loaded ops library) into self-describing,
-self-verifying AOTInductor packages (model.pt2). Loads no ops library by itself: see export_tools.libraries."""
+self-verifying AOTInductor packages (model.pt2). Loads no ops library by itself: see export_tools.libraries.
+
+The names below are imported on first use, so that `python -m export_tools --help` and the other light commands do
+not pay for importing torch and inductor (~4 s)."""
+
+import importlib
 
 from . import _version
-from .export import ExportError, export_package, load_package, read_golden, read_spec, verify_package
-from .libraries import OpsLibraryError, load_ops_library
 
 __version__ = _version.read()
 
-__all__ = ["ExportError", "OpsLibraryError", "export_package", "load_ops_library", "load_package", "read_golden",
-           "read_spec", "verify_package"]
+_LAZY = {
+    "ExportError": ".export", "export_package": ".export", "load_package": ".export", "read_golden": ".export",
+    "read_spec": ".export", "verify_package": ".export",
+    "OpsLibraryError": ".libraries", "load_ops_library": ".libraries",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)

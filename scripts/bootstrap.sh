@@ -54,4 +54,6 @@ if [ ! -f "$BUILD_DIR/generators/conan_toolchain.cmake" ] || [ "$(cat "$conan_st
     -c tools.cmake.cmaketoolchain:generator=Ninja >"$ROOT/build/conan-$FLAVOUR.log" 2>&1 \
     || { tail -40 "$ROOT/build/conan-$FLAVOUR.log" >&2; echo "error: conan install failed; full log: build/conan-$FLAVOUR.log" >&2; exit 1; }
   echo "$conan_inputs" >"$conan_stamp"
+  # CMake keeps what find_package found (Torch_DIR, ...) in its cache: configure afresh against the new packages
+  rm -f "$BUILD_DIR/CMakeCache.txt"
 fi

@@ -44,6 +44,7 @@ if [ ! -f "$CROSS_BUILD_DIR/generators/conan_toolchain.cmake" ] || [ "$(cat "$co
     -o "&:flavour=cpu" -o "&:with_tests=True" >"$ROOT/build/conan-aarch64.log" 2>&1 \
     || { tail -40 "$ROOT/build/conan-aarch64.log" >&2; echo "error: conan install failed; full log: build/conan-aarch64.log" >&2; exit 1; }
   echo "$conan_inputs" >"$conan_stamp"
+  rm -f "$CROSS_BUILD_DIR/CMakeCache.txt"  # configure afresh against the new packages (CMake caches Torch_DIR)
 fi
 preset=conan-aarch64-$build_type_lc
 if [ ! -f "$CROSS_BUILD_DIR/CMakeCache.txt" ]; then

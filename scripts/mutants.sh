@@ -71,6 +71,12 @@ mutant "pt2serve: request size not bounded" serve/model.cpp \
 mutant "pt2serve: every batched caller gets the first rows" serve/model.cpp \
   '      start += p->rows;' '' \
   "$PYTHON -m pytest -q -p no:cacheprovider tests/python/test_serve.py -k 'batched_and_each_gets_its_rows or classifier_batched'"
+mutant "pt2serve: JSON depth not checked" serve/protocol.cpp \
+  '      if (++depth > max_depth) {' '      if (++depth > max_depth * 100000) {' \
+  "ctest --test-dir $BUILD_DIR -R '^fuzz_replay_infer_request' --no-tests=error"
+mutant "pt2serve: decoded body not bounded" serve/pt2serve.cpp \
+  '      if (n > max_request_bytes_ - body.size()) {' '      if (false) {' \
+  "$PYTHON -m pytest -q -p no:cacheprovider tests/python/test_serve.py -k compressed_or_chunked"
 
 # Each mutant's text must occur exactly once in its file: a mutant whose text is gone (or ambiguous) proves nothing.
 check_texts() {

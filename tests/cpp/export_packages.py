@@ -16,6 +16,7 @@ import json
 import os
 import random
 import shutil
+import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -29,11 +30,57 @@ from export_tools.export import SPEC_KEY
 
 
 def fingerprint(probe_ops: Path, target: str | None) -> str:
+    """Everything that shapes the packages: the sources and libraries that make them, and what the compile sees of
+    this machine (the CPU as torch and the compiler see it - an emulated host is another machine - and the compiler)."""
+    from export_tools import cpu
     h = hashlib.sha256(torch.__version__.encode() + str(target).encode())
     sources = sorted(Path(export_tools.__file__).parent.glob("*.py")) + sorted(Path(my_ops.__file__).parent.glob("*.py"))
     for path in sources + [Path(__file__), my_ops.library_path(), probe_ops]:
         h.update(path.read_bytes())
+    compiler = os.environ.get("CXX", "g++")
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
+    h.update(json.dumps([cpu.host_arch(), torch.backends.cpu.get_cpu_capability(), sorted(cpu.host_features()),
+                         compiler, version, sorted((k, v) for k, v in os.environ.items()
+                                                   if k.startswith("TORCHINDUCTOR_"))]).encode())
     return h.hexdigest()
+
+
+def machine_cache() -> Path | None:
+    """Test packages kept per machine (one folder per fingerprint), so a fresh clone of the same sources on the same
+    machine does not compile them again: PT2RT_TEST_PACKAGES_CACHE, default ~/.cache/pt2rt/test-packages; 0: none."""
+    value = os.environ.get("PT2RT_TEST_PACKAGES_CACHE")
+    if value == "0":
+        return None
+    base = Path(value) if value else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "pt2rt"
+    return base if value else base / "test-packages"
+
+
+def from_cache(cache: Path | None, fp: str, out: Path) -> bool:
+    entry = cache / fp if cache else None
+    if entry is None or not (entry / "fingerprint").is_file() or (entry / "fingerprint").read_text() != fp:
+        return False
+    if out.exists():
+        shutil.rmtree(out)
+    shutil.copytree(entry, out)
+    os.utime(entry)  # recently used: kept when the cache is pruned
+    print(f"test packages in {out}: copied from this machine's cache ({entry})")
+    return True
+
+
+def to_cache(cache: Path | None, fp: str, out: Path, keep: int = 8):
+    if cache is None:
+        return
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = cache / f".{fp}.{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(out, tmp)
+    try:
+        os.rename(tmp, cache / fp)  # whole or not at all; another process may have put the same entry first
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+    entries = sorted((e for e in cache.iterdir() if not e.name.startswith(".")), key=lambda e: e.stat().st_mtime)
+    for old in entries[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def rewrite(src: Path, dst: Path, edit_spec=None, edit_record=None):
@@ -116,6 +163,9 @@ def main():
     fp = fingerprint(args.probe_ops, args.target)
     if stamp.is_file() and stamp.read_text() == fp:
         print(f"test packages in {out} are up to date")
+        return 0
+    cache = machine_cache()
+    if from_cache(cache, fp, out):
         return 0
     if out.exists():
         shutil.rmtree(out)
@@ -327,6 +377,7 @@ def main():
                                  "custom_ops": [{**o, "library": "libnot_there.so"} for o in s["custom_ops"]],
                                  "custom_classes": [{**c, "library": "libnot_there.so"} for c in s["custom_classes"]]})
     stamp.write_text(fp)
+    to_cache(cache, fp, out)
     print(f"exported test packages into {out}")
     return 0
 
