@@ -9,10 +9,13 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 TRIPLET=${TRIPLET:-x86_64-linux-gnu}
 if [ "$TRIPLET" = x86_64-linux-gnu ]; then DEST=$ROOT/build/gpu-deps; else DEST=$ROOT/build/deps-linux-${TRIPLET%%-*}; fi
 GEN=$ROOT/build/cpu-release/generators
-folder() {  # the Conan package folder a generated <name>-release-x86_64-data.cmake names
-  local data=$GEN/$1-release-x86_64-data.cmake
+folder() {  # the Conan package folder a generated <name>-release-x86_64-data.cmake names (absolute, or relative to it)
+  local data=$GEN/$1-release-x86_64-data.cmake path
   [ -f "$data" ] || { echo "error: $data not found: run make build first" >&2; exit 1; }
-  sed -n "s/^set($2_PACKAGE_FOLDER_RELEASE \"\\\${CMAKE_CURRENT_LIST_DIR}\\(.*\\)\")/\\1/p" "$data" | sed "s|^|$GEN|"
+  path=$(sed -n "s/^set($2_PACKAGE_FOLDER_RELEASE \"\(.*\)\")/\1/p" "$data")
+  path=${path//'${CMAKE_CURRENT_LIST_DIR}'/$GEN}
+  [ -d "$path" ] || { echo "error: no Conan package folder for $1 (from $data: '$path')" >&2; exit 1; }
+  echo "$path"
 }
 rm -rf "$DEST"
 mkdir -p "$DEST/include" "$DEST/lib"
