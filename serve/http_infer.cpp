@@ -61,6 +61,10 @@ double float_element(const json& v, double max, const char* type, const std::str
 
 // The "data" of an input (flat or nested lists, row-major) into `out`, `count` elements of `dtype`.
 void fill_from_json(const json& data, DType dtype, uint8_t* out, size_t count, const std::string& name) {
+  if (!data.is_array()) {
+    throw BadRequest("input '" + name + "': \"data\" must be a list of values (flat or nested), got " +
+                     (data.is_string() ? "a string" : data.is_object() ? "an object" : "one value"));
+  }
   std::vector<const json*> flat;
   std::vector<const json*> stack{&data};
   while (!stack.empty()) {

@@ -473,6 +473,9 @@ def test_garbage_truncated_and_out_of_range_requests_are_400s(server, exported):
     status, body = _post(server, infer_path, json.dumps({"inputs": [{"name": "x", "shape": [1, 3, 32, 32],
                                                                       "datatype": "FP32", "data": [1, 2, 3]}]}).encode())
     assert status == 400 and "data has 3 elements, its shape 3072" in body["error"]
+    status, body = _post(server, infer_path, json.dumps({"inputs": [{"name": "x", "shape": [1, 3, 32, 32],
+                                                                      "datatype": "FP32", "data": "[1, 2]"}]}).encode())
+    assert status == 400 and body["error"] == "input 'x': \"data\" must be a list of values (flat or nested), got a string"
     # values and parameters of the wrong kind: 400s naming them, not 500s (nor values cast out of range)
     ones = [1] * 3071
     for request, message in [
