@@ -37,11 +37,11 @@ def fingerprint(probe_ops: Path, target: str | None) -> str:
     sources = sorted(Path(export_tools.__file__).parent.glob("*.py")) + sorted(Path(my_ops.__file__).parent.glob("*.py"))
     for path in sources + [Path(__file__), my_ops.library_path(), probe_ops]:
         h.update(path.read_bytes())
-    compiler = os.environ.get("CXX", "g++")
-    version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
+    # the compiler by what it says it is, not by its path (scripts/emulate-x86.sh puts a wrapper in a new folder)
+    version = subprocess.run([os.environ.get("CXX", "g++"), "--version"], capture_output=True, text=True).stdout
     h.update(json.dumps([cpu.host_arch(), torch.backends.cpu.get_cpu_capability(), sorted(cpu.host_features()),
-                         compiler, version, sorted((k, v) for k, v in os.environ.items()
-                                                   if k.startswith("TORCHINDUCTOR_"))]).encode())
+                         version, sorted((k, v) for k, v in os.environ.items()
+                                         if k.startswith("TORCHINDUCTOR_"))]).encode())
     return h.hexdigest()
 
 
