@@ -187,7 +187,7 @@ def test_unknown_and_broken_models(server):
     status, body = server.get("/v2/models/broken/ready")
     assert status == 400 and "not a .pt2 package" in json.loads(body)["error"]
     status, body = server.get("/v2/models/badconfig/ready")
-    assert status == 400 and "max_batch_size must be an integer >= 0" in json.loads(body)["error"]
+    assert status == 400 and "max_batch_size must be an integer from 0 to 1048576" in json.loads(body)["error"]
     log = [json.loads(line) for line in server.log.read_text().splitlines()]
     assert any(e["msg"] == "model not loaded" and e["model"] == "broken" for e in log)
 
