@@ -29,6 +29,10 @@ from export_tools import export_package, load_ops_library, models, read_spec
 from export_tools.export import SPEC_KEY
 
 
+# where inductor keeps its caches (it sets TORCHINDUCTOR_CACHE_DIR under $TMPDIR itself), not what it compiles
+PLACES_NOT_SHAPING = {"TORCHINDUCTOR_CACHE_DIR"}
+
+
 def fingerprint(probe_ops: Path, target: str | None) -> str:
     """Everything that shapes the packages: the sources and libraries that make them, and what the compile sees of
     this machine (the CPU as torch and the compiler see it - an emulated host is another machine - and the compiler)."""
@@ -41,7 +45,7 @@ def fingerprint(probe_ops: Path, target: str | None) -> str:
     version = subprocess.run([os.environ.get("CXX", "g++"), "--version"], capture_output=True, text=True).stdout
     h.update(json.dumps([cpu.host_arch(), torch.backends.cpu.get_cpu_capability(), sorted(cpu.host_features()),
                          version, sorted((k, v) for k, v in os.environ.items()
-                                         if k.startswith("TORCHINDUCTOR_"))]).encode())
+                                         if k.startswith("TORCHINDUCTOR_") and k not in PLACES_NOT_SHAPING)]).encode())
     return h.hexdigest()
 
 

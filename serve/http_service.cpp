@@ -1,0 +1,660 @@
+#include "http_service.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <malloc.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <event2/listener.h>
+#include <event2/thread.h>
+#include <nlohmann/json.hpp>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <pt2rt/pt2rt.h>
+
+#include "http_codec.h"
+#include "http_infer.h"
+#include "log.h"
+#include "protocol.h"
+
+using nlohmann::json;
+
+namespace pt2serve {
+namespace {
+
+constexpr const char* kVersion = PT2SERVE_VERSION;
+constexpr const char* kHeaderLength = "Inference-Header-Content-Length";
+// a request's line and headers together, at most: a client that sends more is answered 400 and closed
+constexpr size_t kMaxHeaderBytes = 64 * 1024;
+// bodies from this size up are followed by malloc_trim
+constexpr size_t kTrimFrom = size_t{4} << 20;
+// responses smaller than this go out uncompressed even when the client accepts gzip
+constexpr size_t kCompressFrom = 1024;
+
+json tensor_metadata(const pt2rt::TensorSpec& t) {
+  return {{"name", t.name}, {"datatype", datatype_name(t.dtype)}, {"shape", t.shape}};
+}
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+const char* reason(int status) {
+  switch (status) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 404: return "Not Found";
+    case 413: return "Payload Too Large";
+    case 503: return "Service Unavailable";
+    default: return "Internal Server Error";
+  }
+}
+
+// What a worker needs of a request, taken off libevent's structures on the loop thread.
+struct Request {
+  evhttp_request* req = nullptr;  // the loop's; a worker never touches it
+  bool get = false, post = false;
+  std::string method, path;
+  std::vector<std::string> segments;  // the path's, percent-decoded
+  std::string content_encoding, accept_encoding, content_type, header_length;
+  bool has_header_length = false;
+  evbuffer* body = nullptr;  // the body's bytes, moved out of the connection's buffer
+};
+
+struct Response {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;
+  bool close = false;
+};
+
+Response json_response(int status, const json& body) {
+  Response r;
+  r.status = status;
+  r.body = dump(body);
+  return r;
+}
+
+std::string header(evkeyvalq* headers, const char* name, bool* found = nullptr) {
+  const char* v = evhttp_find_header(headers, name);
+  if (found) *found = v != nullptr;
+  return v ? v : "";
+}
+
+std::vector<std::string> split_path(const char* path) {
+  std::vector<std::string> segments;
+  if (!path || *path != '/') return segments;
+  std::string_view rest(path + 1);
+  while (true) {
+    const size_t slash = rest.find('/');
+    const std::string raw(rest.substr(0, slash));
+    size_t n = 0;
+    char* decoded = evhttp_uridecode(raw.c_str(), 0, &n);
+    segments.emplace_back(decoded ? std::string(decoded, n) : raw);
+    free(decoded);
+    if (slash == std::string_view::npos) break;
+    rest.remove_prefix(slash + 1);
+  }
+  return segments;
+}
+
+// A repository request's JSON body (may be empty) and the names of its parameters (the registry judges them).
+json repository_body(const std::string& text, const char* what, std::vector<std::string>* parameters = nullptr) {
+  if (text.empty()) return json::object();
+  check_json_depth(text.data(), text.data() + text.size());
+  const json body = json::parse(text, nullptr, false);
+  if (!body.is_object()) throw BadRequest(std::string(what) + ": the body is not a JSON object");
+  if (body.contains("parameters")) {
+    const json& p = body["parameters"];
+    if (!p.is_object()) throw BadRequest(std::string(what) + ": parameters must be a JSON object");
+    for (const auto& [key, value] : p.items()) {
+      if (parameters) parameters->push_back(key);
+    }
+  }
+  return body;
+}
+
+// The endpoints that touch models, run on the worker threads.
+class Handlers {
+ public:
+  Handlers(Registry& registry, size_t max_request_bytes) : registry_(registry), max_request_bytes_(max_request_bytes) {}
+
+  Response handle(Request& r) {
+    Response res;
+    try {
+      res = route(r);
+    } catch (...) {
+      const Failure f = current_failure();
+      res = json_response(http_status(f.kind), {{"error", f.message}});
+    }
+    const bool text = res.content_type == "application/json" || res.content_type.rfind("text/", 0) == 0;
+    if (text && res.body.size() >= kCompressFrom && res.body.size() < (1u << 30) && !r.accept_encoding.empty()) {
+      const std::string coding = response_coding(r.accept_encoding);
+      if (!coding.empty()) {
+        res.body = encode_body(coding, res.body);
+        res.headers.emplace_back("Content-Encoding", coding);
+        res.headers.emplace_back("Vary", "Accept-Encoding");
+      }
+    }
+    return res;
+  }
+
+ private:
+  Response route(Request& r) {
+    const auto& s = r.segments;
+    const size_t n = s.size();
+    if (n >= 3 && s[0] == "v2" && s[1] == "models" && !s[2].empty()) {
+      // /v2/models/{m}[/versions/{v}][/ready|/infer]
+      const bool versioned = n >= 5 && s[3] == "versions" && !s[4].empty();
+      const size_t base = versioned ? 5 : 3;
+      const std::string version = versioned ? s[4] : "";
+      if (n == base && r.get) return metadata(registry_.find(s[2], version, true));
+      if (n == base + 1 && s[base] == "ready" && r.get) {
+        ModelPtr m = registry_.find(s[2], version, false);
+        if (!m->ready()) return json_response(400, {{"error", "model " + m->name() + " is not ready: " + m->load_error()}});
+        Response ok;
+        ok.content_type.clear();
+        return ok;
+      }
+      if (n == base + 1 && s[base] == "infer" && r.post) return infer(registry_.find(s[2], version, true), r);
+    }
+    if (n == 3 && s[0] == "v2" && s[1] == "repository" && s[2] == "index" && r.post) {
+      const json body = repository_body(std::string(read_body(r).view()), "repository index");
+      if (body.contains("ready") && !body["ready"].is_boolean()) {
+        throw BadRequest("repository index: 'ready' must be true or false");
+      }
+      json index = json::array();
+      for (const auto& e : registry_.index(body.value("ready", false))) {
+        json entry = {{"name", e.name}, {"version", e.version}, {"state", e.state}};
+        if (!e.reason.empty()) entry["reason"] = e.reason;
+        index.push_back(entry);
+      }
+      return json_response(200, index);
+    }
+    if (n == 5 && s[0] == "v2" && s[1] == "repository" && s[2] == "models" && (s[4] == "load" || s[4] == "unload") &&
+        r.post) {
+      std::vector<std::string> parameters;
+      repository_body(std::string(read_body(r).view()), s[4].c_str(), &parameters);
+      if (s[4] == "load") {
+        registry_.load(s[3], parameters);
+      } else {
+        registry_.unload(s[3], parameters);
+      }
+      return json_response(200, json::object());
+    }
+    if (n == 1 && s[0] == "metrics" && r.get) {
+      Response res;
+      res.content_type = "text/plain; version=0.0.4";
+      res.body = metrics();
+      return res;
+    }
+    throw NotFound(clip("no such endpoint: " + r.method + " " + r.path));
+  }
+
+  // A request's body as received, in one piece, or decoded from its Content-Encoding.
+  struct Body {
+    std::unique_ptr<char[]> raw;  // not zeroed first: its pages are touched once, by the copy
+    size_t size = 0;
+    std::string decoded;
+    bool is_decoded = false;
+    std::string_view view() const { return is_decoded ? std::string_view(decoded) : std::string_view(raw.get(), size); }
+  };
+
+  // The body, decoded: its decoded bytes bounded as they inflate (the bytes sent were bounded as they came).
+  Body read_body(Request& r) {
+    if (r.content_type.rfind("multipart/form-data", 0) == 0) {
+      throw BadRequest("multipart/form-data bodies are not taken: send application/json or application/octet-stream");
+    }
+    Body body;
+    body.size = r.body ? evbuffer_get_length(r.body) : 0;
+    body.raw.reset(new char[body.size + 1]);
+    // the connection's buffer is freed piece by piece as it is copied: the body is held once, not twice
+    if (body.size > 0) evbuffer_remove(r.body, body.raw.get(), body.size);
+    // those pieces were allocated by the loop thread, in its malloc arena: give them back to the system rather than
+    // keep a large body's worth resident beside what parsing it takes here (57 MB measured)
+    if (body.size >= kTrimFrom) malloc_trim(0);
+    if (!r.content_encoding.empty()) {
+      body.decoded = decode_body(r.content_encoding, body.view(), max_request_bytes_);
+      body.is_decoded = true;
+      body.raw.reset();
+    } else if (body.size > max_request_bytes_) {
+      throw TooLarge("the request body is larger than the limit, " + std::to_string(max_request_bytes_) +
+                     " bytes (--max-request-mb), once decoded");
+    }
+    return body;
+  }
+
+  Response metadata(const ModelPtr& m) {
+    json inputs = json::array(), outputs = json::array();
+    for (const auto& t : m->spec().inputs) inputs.push_back(tensor_metadata(t));
+    for (const auto& t : m->spec().outputs) outputs.push_back(tensor_metadata(t));
+    return json_response(200, {{"name", m->name()}, {"versions", registry_.versions(m->name())}, {"platform", "pt2rt"},
+                               {"inputs", inputs}, {"outputs", outputs}});
+  }
+
+  Response infer(const ModelPtr& m, Request& r) {
+    m->stats().requests++;
+    try {
+      return infer_checked(*m, r);
+    } catch (...) {
+      m->stats().failures++;
+      throw;
+    }
+  }
+
+  Response infer_checked(Model& m, Request& r) {
+    HttpInferRequest parsed;
+    {
+      const Body body = read_body(r);  // freed once parsed: the inputs hold their own copies
+      parsed = parse_http_infer(m.spec(), body.view(), r.has_header_length ? &r.header_length : nullptr,
+                                max_request_bytes_);
+    }
+    const auto outputs = m.infer(std::move(parsed.inputs));
+    const auto& spec = m.spec();
+    json out = {{"model_name", m.name()}, {"model_version", m.version()}, {"outputs", json::array()}};
+    if (!parsed.id.is_null()) out["id"] = parsed.id;
+    std::vector<const pt2rt::Tensor*> binary;  // appended after the JSON, in order
+    for (const auto& [i, as_binary] : parsed.outputs) {
+      const auto& t = outputs[i];
+      json o = {{"name", spec.outputs[i].name}, {"datatype", datatype_name(t.dtype())}, {"shape", t.shape()}};
+      if (as_binary) {
+        o["parameters"] = {{"binary_data_size", t.nbytes()}};
+        binary.push_back(&t);
+      } else {
+        o["data"] = tensor_to_json(t);
+      }
+      out["outputs"].push_back(std::move(o));
+    }
+    Response res;
+    res.body = dump(out);
+    if (!binary.empty()) {
+      res.headers.emplace_back(kHeaderLength, std::to_string(res.body.size()));
+      size_t total = res.body.size();
+      for (const auto* t : binary) total += t->nbytes();
+      res.body.reserve(total);
+      for (const auto* t : binary) res.body.append(static_cast<const char*>(t->data()), t->nbytes());
+      res.content_type = "application/octet-stream";
+    }
+    return res;
+  }
+
+  std::string metrics() {
+    std::string s;
+    const auto family = [&](const char* name, const char* type, const char* help, auto value) {
+      s += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+      for (auto& m : registry_.models()) {
+        s += std::string(name) + "{model=\"" + m->name() + "\",version=\"" + m->version() + "\"} " + value(*m) + "\n";
+      }
+    };
+    family("pt2serve_model_ready", "gauge", "1 when the model version is loaded", [](Model& m) {
+      return std::string(m.ready() ? "1" : "0");
+    });
+    family("pt2serve_requests_total", "counter", "inference requests", [](Model& m) {
+      return std::to_string(m.stats().requests.load());
+    });
+    family("pt2serve_request_failures_total", "counter", "inference requests that failed", [](Model& m) {
+      return std::to_string(m.stats().failures.load());
+    });
+    family("pt2serve_queue_seconds_total", "counter", "time requests waited for a batch", [](Model& m) {
+      return std::to_string(m.stats().queue_ns.load() / 1e9);
+    });
+    family("pt2serve_compute_seconds_total", "counter", "time in the model", [](Model& m) {
+      return std::to_string(m.stats().compute_ns.load() / 1e9);
+    });
+    family("pt2serve_batches_total", "counter", "model executions", [](Model& m) {
+      return std::to_string(m.stats().batches.load());
+    });
+    s += "# HELP pt2serve_batch_size rows per model execution\n# TYPE pt2serve_batch_size histogram\n";
+    for (auto& m : registry_.models()) {
+      const std::string labels = "model=\"" + m->name() + "\",version=\"" + m->version() + "\"";
+      uint64_t cumulative = 0;
+      for (int b = 0; b < Stats::kBuckets; ++b) {
+        cumulative += m->stats().batch_size_counts[b].load();
+        const std::string le = b == Stats::kBuckets - 1 ? "+Inf" : std::to_string(1 << b);
+        s += "pt2serve_batch_size_bucket{" + labels + ",le=\"" + le + "\"} " + std::to_string(cumulative) + "\n";
+      }
+      s += "pt2serve_batch_size_sum{" + labels + "} " + std::to_string(m->stats().batch_rows.load()) + "\n";
+      s += "pt2serve_batch_size_count{" + labels + "} " + std::to_string(m->stats().batches.load()) + "\n";
+    }
+    return s;
+  }
+
+  Registry& registry_;
+  size_t max_request_bytes_;
+};
+
+std::string ssl_error() {
+  const unsigned long e = ERR_get_error();
+  char text[256] = "unknown error";
+  if (e) ERR_error_string_n(e, text, sizeof text);
+  ERR_clear_error();
+  return text;
+}
+
+SSL_CTX* make_tls_context(const std::string& cert, const std::string& key, const std::string& client_ca) {
+  SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
+  if (!ctx) throw std::runtime_error("OpenSSL: " + ssl_error());
+  try {
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION);
+    if (SSL_CTX_use_certificate_chain_file(ctx, cert.c_str()) != 1 ||
+        SSL_CTX_use_PrivateKey_file(ctx, key.c_str(), SSL_FILETYPE_PEM) != 1 || SSL_CTX_check_private_key(ctx) != 1) {
+      throw std::runtime_error("cannot use the TLS certificate and key (not PEM, or the key is not the "
+                               "certificate's): " + ssl_error());
+    }
+    if (!client_ca.empty()) {
+      STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(client_ca.c_str());
+      if (!names || SSL_CTX_load_verify_locations(ctx, client_ca.c_str(), nullptr) != 1) {
+        if (names) sk_X509_NAME_pop_free(names, X509_NAME_free);
+        throw std::runtime_error("cannot use the TLS client CA file (not PEM certificates): " + ssl_error());
+      }
+      SSL_CTX_set_client_CA_list(ctx, names);
+      SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+    }
+  } catch (...) {
+    SSL_CTX_free(ctx);
+    throw;
+  }
+  return ctx;
+}
+
+}  // namespace
+
+struct HttpService::Impl {
+  Impl(Registry& registry, HttpOptions options) : options(std::move(options)), handlers(registry, this->options.max_request_bytes) {}
+
+  HttpOptions options;
+  Handlers handlers;
+  event_base* base = nullptr;
+  evhttp* http = nullptr;
+  evhttp_bound_socket* bound = nullptr;
+  event* wake = nullptr;          // workers' answers are ready
+  event* stop_event = nullptr;    // stop() was called
+  event* accept_retry = nullptr;  // accepting paused (out of file descriptors)
+  SSL_CTX* ssl = nullptr;
+  int port = -1;
+  bool stopping = false;  // loop thread only
+  size_t in_flight = 0;   // loop thread only: requests handed to workers, not yet answered
+  std::unordered_set<evhttp_connection*> unsent;  // loop thread only: connections writing an answer
+  std::chrono::steady_clock::time_point last_accept_warning{};
+
+  // requests for the workers, answers for the loop
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Request> jobs;
+  std::vector<std::pair<evhttp_request*, Response>> done;
+  bool workers_stop = false;
+  std::vector<std::thread> workers;
+
+  void start() {
+    static const int threads_ready = evthread_use_pthreads();  // before any event_base: cross-thread event_active
+    if (threads_ready != 0) throw std::runtime_error("libevent: no pthreads support");
+    base = event_base_new();
+    http = base ? evhttp_new(base) : nullptr;
+    if (!http) throw std::runtime_error("libevent: cannot create the HTTP server");
+    if (!options.tls_cert.empty()) setup_tls();
+    evhttp_set_allowed_methods(http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT |
+                                         EVHTTP_REQ_DELETE | EVHTTP_REQ_PATCH | EVHTTP_REQ_OPTIONS);
+    evhttp_set_max_headers_size(http, kMaxHeaderBytes);
+    // the body as sent (compressed or not): a compressed body is at most a little larger than its decoded bytes
+    const size_t max = options.max_request_bytes;
+    evhttp_set_max_body_size(http, static_cast<ev_ssize_t>(max + max / 64 + 4096));
+    evhttp_set_timeout(http, options.idle_timeout_seconds);
+    evhttp_set_gencb(http, &Impl::on_request, this);
+    bound = evhttp_bind_socket_with_handle(http, options.host.c_str(), static_cast<uint16_t>(options.port));
+    if (!bound) throw std::runtime_error("cannot listen on " + options.host + ":" + std::to_string(options.port));
+    const int fd = evhttp_bound_socket_get_fd(bound);
+    // libevent listens with a backlog of 128; a burst of clients connecting at once needs the system's maximum
+    if (::listen(fd, SOMAXCONN) != 0) log("warning", "cannot raise the listen backlog", {{"error", std::strerror(errno)}});
+    sockaddr_storage addr{};
+    socklen_t len = sizeof addr;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+      port = addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
+                                        : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+    }
+    evconnlistener_set_error_cb(evhttp_bound_socket_get_listener(bound), &Impl::on_accept_error);
+    wake = event_new(base, -1, EV_PERSIST, &Impl::on_wake, this);
+    stop_event = event_new(base, -1, 0, &Impl::on_stop, this);
+    accept_retry = evtimer_new(base, &Impl::on_accept_retry, this);
+    if (!wake || !stop_event || !accept_retry || event_add(wake, nullptr) != 0) {
+      throw std::runtime_error("libevent: cannot create events");
+    }
+    for (size_t i = 0; i < options.workers; ++i) workers.emplace_back([this] { work(); });
+  }
+
+  void setup_tls() {
+    ssl = make_tls_context(options.tls_cert, options.tls_key, options.tls_client_ca);
+    evhttp_set_bevcb(http, &Impl::tls_bufferevent, this);
+  }
+
+  static bufferevent* tls_bufferevent(event_base* base, void* arg) {
+    auto* self = static_cast<Impl*>(arg);
+    SSL* s = SSL_new(self->ssl);
+    if (!s) return nullptr;
+    bufferevent* bev = bufferevent_openssl_socket_new(base, -1, s, BUFFEREVENT_SSL_ACCEPTING, BEV_OPT_CLOSE_ON_FREE);
+    if (bev) bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);  // clients that close without close_notify
+    return bev;
+  }
+
+  ~Impl() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      workers_stop = true;
+    }
+    cv.notify_all();
+    for (auto& t : workers) t.join();
+    for (auto& j : jobs) evbuffer_free(j.body);
+    if (accept_retry) event_free(accept_retry);
+    if (stop_event) event_free(stop_event);
+    if (wake) event_free(wake);
+    if (http) evhttp_free(http);  // closes the connections still open
+    if (base) event_base_free(base);
+    if (ssl) SSL_CTX_free(ssl);
+  }
+
+  // Sends an answer; until it is written (or its connection is gone) a stop waits for it.
+  void send(evhttp_request* req, Response& res) {
+    if (evhttp_connection* conn = evhttp_request_get_connection(req)) {
+      unsent.insert(conn);
+      evhttp_request_set_on_complete_cb(req, &Impl::on_sent, this);
+      evhttp_connection_set_closecb(conn, &Impl::on_closed, this);
+    }
+    evkeyvalq* out = evhttp_request_get_output_headers(req);
+    if (!res.content_type.empty()) evhttp_add_header(out, "Content-Type", res.content_type.c_str());
+    for (const auto& [k, v] : res.headers) evhttp_add_header(out, k.c_str(), v.c_str());
+    if (res.close) evhttp_add_header(out, "Connection", "close");
+    evbuffer* buf = evbuffer_new();
+    if (buf && !res.body.empty()) {
+      // the body's bytes go out as they are: the buffer references the string until it is sent
+      auto* owned = new std::string(std::move(res.body));
+      if (evbuffer_add_reference(buf, owned->data(), owned->size(),
+                                 [](const void*, size_t, void* p) { delete static_cast<std::string*>(p); }, owned) != 0) {
+        delete owned;
+      }
+    }
+    evhttp_send_reply(req, res.status, reason(res.status), buf);
+    if (buf) evbuffer_free(buf);
+  }
+
+  static void on_sent(evhttp_request* req, void* arg) {
+    static_cast<Impl*>(arg)->written(evhttp_request_get_connection(req));
+  }
+  static void on_closed(evhttp_connection* conn, void* arg) { static_cast<Impl*>(arg)->written(conn); }
+  void written(evhttp_connection* conn) {
+    unsent.erase(conn);
+    exit_if_stopped();
+  }
+  void exit_if_stopped() {
+    if (stopping && in_flight == 0 && unsent.empty()) event_base_loopexit(base, nullptr);
+  }
+
+  static void on_request(evhttp_request* req, void* arg) { static_cast<Impl*>(arg)->request(req); }
+
+  void request(evhttp_request* req) {
+    // else a small answer waits for the client's delayed ACK (40 ms measured)
+    if (evhttp_connection* conn = evhttp_request_get_connection(req)) {
+      const evutil_socket_t fd = bufferevent_getfd(evhttp_connection_get_bufferevent(conn));
+      const int on = 1;
+      if (fd >= 0) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+    }
+    const evhttp_cmd_type cmd = evhttp_request_get_command(req);
+    Request r;
+    r.req = req;
+    r.get = cmd == EVHTTP_REQ_GET || cmd == EVHTTP_REQ_HEAD;
+    r.post = cmd == EVHTTP_REQ_POST;
+    r.method = cmd == EVHTTP_REQ_GET ? "GET" : cmd == EVHTTP_REQ_HEAD ? "HEAD" : cmd == EVHTTP_REQ_POST ? "POST"
+             : cmd == EVHTTP_REQ_PUT ? "PUT" : cmd == EVHTTP_REQ_DELETE ? "DELETE" : cmd == EVHTTP_REQ_PATCH ? "PATCH"
+             : "OPTIONS";
+    const evhttp_uri* uri = evhttp_request_get_evhttp_uri(req);
+    const char* path = uri ? evhttp_uri_get_path(uri) : nullptr;
+    r.path = path ? path : "";
+    if (stopping) {
+      Response res = json_response(503, {{"error", "the server is stopping"}});
+      res.close = true;
+      send(req, res);
+      return;
+    }
+    r.segments = split_path(path);
+    // answered here, at once, whatever the workers are doing: probes must pass while models are busy
+    if (r.get && r.segments.size() == 3 && r.segments[0] == "v2" && r.segments[1] == "health" &&
+        (r.segments[2] == "live" || r.segments[2] == "ready")) {
+      Response res;
+      res.content_type.clear();
+      send(req, res);
+      return;
+    }
+    if (r.get && r.segments.size() == 1 && r.segments[0] == "v2") {
+      Response res = json_response(200, {{"name", "pt2serve"}, {"version", kVersion},
+                                         {"extensions", {"binary_tensor_data", "model_repository"}}});
+      send(req, res);
+      return;
+    }
+    evkeyvalq* in = evhttp_request_get_input_headers(req);
+    r.content_encoding = header(in, "Content-Encoding");
+    r.accept_encoding = header(in, "Accept-Encoding");
+    r.content_type = header(in, "Content-Type");
+    r.header_length = header(in, kHeaderLength, &r.has_header_length);
+    evbuffer* input = evhttp_request_get_input_buffer(req);
+    if (evbuffer_get_length(input) > 0) {
+      r.body = evbuffer_new();
+      if (!r.body || evbuffer_add_buffer(r.body, input) != 0) {  // moves the chain, copies nothing
+        if (r.body) evbuffer_free(r.body);
+        Response res = json_response(503, {{"error", "out of memory for this request"}});
+        send(req, res);
+        return;
+      }
+    }
+    ++in_flight;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      jobs.push_back(std::move(r));
+    }
+    cv.notify_one();
+  }
+
+  void work() {
+    while (true) {
+      Request r;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return workers_stop || !jobs.empty(); });
+        if (jobs.empty()) return;
+        r = std::move(jobs.front());
+        jobs.pop_front();
+      }
+      Response res = handlers.handle(r);
+      if (r.body) evbuffer_free(r.body);
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        done.emplace_back(r.req, std::move(res));
+      }
+      event_active(wake, EV_READ, 0);
+    }
+  }
+
+  static void on_wake(evutil_socket_t, short, void* arg) {
+    auto* self = static_cast<Impl*>(arg);
+    std::vector<std::pair<evhttp_request*, Response>> ready;
+    {
+      std::lock_guard<std::mutex> lock(self->mu);
+      ready.swap(self->done);
+    }
+    for (auto& [req, res] : ready) {
+      self->send(req, res);  // a request whose client left is freed by libevent here
+      --self->in_flight;
+    }
+    self->exit_if_stopped();
+  }
+
+  static void on_stop(evutil_socket_t, short, void* arg) {
+    auto* self = static_cast<Impl*>(arg);
+    if (self->stopping) return;
+    self->stopping = true;
+    if (self->bound) {
+      evhttp_del_accept_socket(self->http, self->bound);  // closes the listening socket
+      self->bound = nullptr;
+    }
+    self->exit_if_stopped();
+  }
+
+  // Out of file descriptors (or another accept error): pause accepting for a moment instead of spinning on the
+  // listening socket, which stays readable.
+  static void on_accept_error(evconnlistener* listener, void* arg) {
+    auto* self = static_cast<Impl*>(arg);
+    const int err = EVUTIL_SOCKET_ERROR();
+    const auto now = std::chrono::steady_clock::now();
+    if (now - self->last_accept_warning > std::chrono::seconds(10)) {
+      self->last_accept_warning = now;
+      log("warning", "cannot accept connections; pausing accepts for 100 ms",
+          {{"error", evutil_socket_error_to_string(err)}});
+    }
+    evconnlistener_disable(listener);
+    const timeval pause{0, 100 * 1000};
+    evtimer_add(self->accept_retry, &pause);
+  }
+
+  static void on_accept_retry(evutil_socket_t, short, void* arg) {
+    auto* self = static_cast<Impl*>(arg);
+    if (self->bound) evconnlistener_enable(evhttp_bound_socket_get_listener(self->bound));
+  }
+};
+
+HttpService::HttpService(Registry& registry, HttpOptions options)
+    : impl_(std::make_unique<Impl>(registry, std::move(options))) {
+  impl_->start();
+}
+
+HttpService::~HttpService() = default;
+
+void HttpService::check_tls(const std::string& cert, const std::string& key, const std::string& client_ca) {
+  SSL_CTX_free(make_tls_context(cert, key, client_ca));
+}
+
+int HttpService::port() const { return impl_->port; }
+
+bool HttpService::run() {
+  // the loop runs on with no connection open (requests may still be with the workers) until stop()
+  return event_base_loop(impl_->base, EVLOOP_NO_EXIT_ON_EMPTY) == 0;
+}
+
+void HttpService::stop() { event_active(impl_->stop_event, EV_READ, 0); }
+
+}  // namespace pt2serve
