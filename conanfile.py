@@ -35,7 +35,9 @@ class Pt2rtConan(ConanFile):
         self.requires("nlohmann_json/3.11.2")
         if not self._cross:
             # pt2serve's (built natively only): private to the executable, not a consumer's dependency
-            self.requires("cpp-httplib/0.11.4", visible=False)
+            self.requires("libevent/2.1.12", visible=False)
+            self.requires("zlib/1.2.13", visible=False)
+            self.requires("brotli/1.0.9", visible=False)
             self.requires("grpc/1.51.1", visible=False)
         if self._cross:
             self.requires("openssl/3.0")  # Debian's multiarch package for the target; natively: the system's

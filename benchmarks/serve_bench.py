@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench import machine  # noqa: E402
-from serve_load import run_load  # noqa: E402
+from serve_load import SlowClients, run_load  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CONCURRENCY = [1, 4, 16, 64]
@@ -120,6 +120,22 @@ def ratios(points: list, clients: int) -> dict:
     return out
 
 
+def slow_clients(port: int, args) -> dict:
+    """4 good clients on the example package alone, then beside 1,000 slow connections (benchmarks/serve_load.py
+    SlowClients): their p99 must stay within 1 s."""
+    shape = PACKAGES["net"][0]
+    alone = run_load("127.0.0.1", port, "net_nobatch", shape, 4, args.seconds)
+    with SlowClients("127.0.0.1", port, 1000):
+        beside = run_load("127.0.0.1", port, "net_nobatch", shape, 4, args.seconds)
+    if not beside["requests"]:  # starved: not one answer in the window
+        beside["failures"] = max(beside["failures"], 4)
+    out = {"alone": alone, "beside_1000_slow": beside,
+           "p99_ratio": round(beside["p99_ms"] / alone["p99_ms"], 2) if alone["p99_ms"] and beside["p99_ms"] else None}
+    print(f"  pt2serve, 4 clients beside 1,000 slow connections: p99 {beside['p99_ms']} ms (alone {alone['p99_ms']} "
+          f"ms), failures {beside['failures']}", flush=True)
+    return out
+
+
 def chart(points: list, path: Path) -> None:
     import matplotlib
 
@@ -192,6 +208,7 @@ def main() -> int:
             for name, package, config in PT2SERVE_MODELS:
                 sweep("pt2serve", "no batching" if name.endswith("_nobatch") else "batching", package, port, name,
                       args, points)
+            slow = slow_clients(port, args)
     if args.kserve_python:
         env = {**server_env, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'ops' / 'python'}",
                "IDENTITY_CONV_OPS_LIBRARY": str(args.ops.resolve())}
@@ -204,12 +221,12 @@ def main() -> int:
             with Server("kserve", argv, port, args.out / f"kserve-{package}.log", server_cpus, env):
                 sweep("kserve", "default", package, port, package, args, points)
     report = {"machine": machine(), "client_cpus": sorted(client_cpus), "server_cpus": sorted(server_cpus),
-              "seconds_per_point": args.seconds, "points": points,
+              "seconds_per_point": args.seconds, "points": points, "slow_clients": slow,
               "ratios_at_16_clients": ratios(points, 16)}
     (args.out / "report.json").write_text(json.dumps(report, indent=1))
     chart(points, args.out / "chart.png")
     print(json.dumps(report["ratios_at_16_clients"], indent=1))
-    failed = sum(p["failures"] for p in points)
+    failed = sum(p["failures"] for p in points) + slow["beside_1000_slow"]["failures"]
     if failed:
         print(f"serve_bench: {failed} requests failed (see the logs in {args.out})", file=sys.stderr)
     return 1 if failed else 0

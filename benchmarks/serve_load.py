@@ -69,6 +69,46 @@ def run_load(host: str, port: int, model: str, shape: list[int], concurrency: in
     return result
 
 
+class SlowClients:
+    """`n` connections that each send a request's first bytes, then one more byte per second: a third never finish
+    their headers, a third their bodies, a third send nothing (the slowloris attack). A context manager."""
+
+    def __init__(self, host: str, port: int, n: int = 1000):
+        import resource
+        import socket
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(max(soft, n + 256), hard), hard))
+        self.sockets = []
+        for i in range(n):
+            s = socket.create_connection((host, port), timeout=10)
+            if i % 3 == 0:
+                s.sendall(b"POST /v2/models/x/infer HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+            elif i % 3 == 1:
+                s.sendall(b"POST /v2/models/x/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{")
+            self.sockets.append((s, i % 3 != 2))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._drip)
+        self._thread.start()
+
+    def _drip(self) -> None:
+        while not self._stop.wait(1.0):
+            for s, sends in self.sockets:
+                if sends:
+                    try:
+                        s.send(b"a")
+                    except OSError:
+                        pass
+
+    def __enter__(self) -> "SlowClients":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        for s, _ in self.sockets:
+            s.close()
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--url", default="localhost:8000")

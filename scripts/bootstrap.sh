@@ -4,7 +4,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # Debian packages -------------------------------------------------------------------------------
 APT_PACKAGES=(build-essential cmake ninja-build binutils git libssl-dev googletest libgtest-dev libgmock-dev
-              libcli11-dev nlohmann-json3-dev libbenchmark-dev libcpp-httplib-dev
+              libcli11-dev nlohmann-json3-dev libbenchmark-dev libevent-dev zlib1g-dev libbrotli-dev
               libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler python3-venv iproute2 openssl
               clang libclang-rt-14-dev  # clang: libFuzzer targets (make fuzz)
               libc++-dev libc++abi-dev mono-mcs mono-runtime rustc cargo  # the C API's consumers (make test)

@@ -65,7 +65,7 @@ mutant "C API: input errors reported as runtime errors" runtime/src/c_api.cpp \
   '    case pt2rt::ErrorCode::Input: return PT2RT_ERROR_INPUT;' \
   '    case pt2rt::ErrorCode::Input: return PT2RT_ERROR_RUNTIME;' \
   "ctest --test-dir $BUILD_DIR -R '^CApi[.]' --no-tests=error"
-mutant "pt2serve: request size not bounded" serve/model.cpp \
+mutant "pt2serve: request size not bounded" serve/protocol.cpp \
   '    if (d > 1 && span > limit / static_cast<size_t>(d)) {' '    if (false) {' \
   "ctest --test-dir $BUILD_DIR -R '^fuzz_replay_(infer|grpc)_request' --no-tests=error"
 mutant "pt2serve: every batched caller gets the first rows" serve/model.cpp \
@@ -74,9 +74,19 @@ mutant "pt2serve: every batched caller gets the first rows" serve/model.cpp \
 mutant "pt2serve: JSON depth not checked" serve/protocol.cpp \
   '      if (++depth > max_depth) {' '      if (++depth > max_depth * 100000) {' \
   "ctest --test-dir $BUILD_DIR -R '^fuzz_replay_infer_request' --no-tests=error"
-mutant "pt2serve: decoded body not bounded" serve/pt2serve.cpp \
-  '      if (n > max_request_bytes_ - body.size()) {' '      if (false) {' \
+mutant "pt2serve: decoded body not bounded" serve/http_codec.cpp \
+  '    if (produced > max_bytes - out.size()) {' '    if (false) {' \
   "$PYTHON -m pytest -q -p no:cacheprovider tests/python/test_serve.py -k compressed_or_chunked"
+mutant "pt2serve: JSON data read into the first input" serve/http_infer.cpp \
+  '      const size_t k = stack_[1]->size() - 1;' '      const size_t k = 0;' \
+  "ctest --test-dir $BUILD_DIR -R '^fuzz_replay_infer_request' --no-tests=error"
+mutant "pt2serve: header lines not bounded" serve/http_service.cpp \
+  '    evhttp_set_max_headers_size(http, kMaxHeaderBytes);' '' \
+  "$PYTHON -m pytest -q -p no:cacheprovider tests/python/test_serve.py -k header_line"
+mutant "pt2serve: a stop does not wait for answers being written" serve/http_service.cpp \
+  '    if (stopping && in_flight == 0 && unsent.empty()) event_base_loopexit(base, nullptr);' \
+  '    if (stopping && in_flight == 0) event_base_loopexit(base, nullptr);' \
+  "$PYTHON -m pytest -q -p no:cacheprovider tests/python/test_serve.py -k sigterm"
 
 # Each mutant's text must occur exactly once in its file: a mutant whose text is gone (or ambiguous) proves nothing.
 check_texts() {

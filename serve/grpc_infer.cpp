@@ -4,7 +4,7 @@
 #include <limits>
 #include <type_traits>
 
-#include "model.h"
+#include "protocol.h"
 #include "open_inference_grpc.pb.h"
 
 namespace pt2serve {

@@ -6,7 +6,7 @@
 #include <optional>
 
 #include "grpc_infer.h"
-#include "model.h"
+#include "repository.h"
 #include "open_inference_grpc.grpc.pb.h"
 #include "protocol.h"
 

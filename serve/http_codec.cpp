@@ -10,7 +10,6 @@
 #include <brotli/decode.h>
 #include <zlib.h>
 
-#include "model.h"
 #include "protocol.h"
 
 namespace pt2serve {
@@ -86,12 +85,12 @@ std::string brotli_bounded(std::string_view in, size_t max_bytes) {
     uint8_t* next_out = buffer;
     size_t avail_out = sizeof buffer;
     rc = BrotliDecoderDecompressStream(state, &avail_in, &next_in, &avail_out, &next_out, nullptr);
-    const size_t produced = sizeof buffer - avail_out;
-    if (produced > max_bytes - out.size()) {
+    const size_t got = sizeof buffer - avail_out;
+    if (got > max_bytes - out.size()) {
       BrotliDecoderDestroyInstance(state);
       too_large(max_bytes);
     }
-    out.append(reinterpret_cast<const char*>(buffer), produced);
+    out.append(reinterpret_cast<const char*>(buffer), got);
   }
   BrotliDecoderDestroyInstance(state);
   if (rc != BROTLI_DECODER_RESULT_SUCCESS || avail_in != 0) {

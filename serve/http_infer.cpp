@@ -4,9 +4,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <limits>
+#include <map>
 
-#include "model.h"
 #include "protocol.h"
 
 namespace pt2serve {
@@ -15,112 +16,139 @@ namespace {
 using json = nlohmann::json;
 using pt2rt::DType;
 
-// Element `i` of input `name`: what was wrong with it. An object is named, not printed (it may be large).
-BadRequest bad_element(const std::string& name, size_t i, const json& v, const std::string& why) {
-  std::string shown = "an object";
-  if (v.is_string()) {
-    shown = json(clip(v.get_ref<const std::string&>(), 48)).dump(-1, ' ', false, json::error_handler_t::replace);
-  } else if (!v.is_object()) {
-    shown = v.dump(-1, ' ', false, json::error_handler_t::replace);
+// One value of an input's "data", as parsed, before the input's datatype decides what it must be.
+struct Scalar {
+  enum Kind : uint8_t { Bool, Int, UInt, Float, Other } kind;
+  union {
+    bool b;
+    int64_t i;
+    uint64_t u;
+    double d;
+  };
+};
+
+// An input's "data" lists, flattened in row-major order, 9 bytes a value (a kind, 8 bytes) where a parsed JSON
+// document takes several times that (a 60 MB body peaked at 1.2 GB that way). Strings, nulls and objects are kept
+// as Other, shown in an error by `first_other` (only the first can be reported: elements are checked in order).
+struct DataValues {
+  std::deque<Scalar::Kind> kinds;  // deques grow without copying what they hold
+  std::deque<uint64_t> bits;
+  std::string first_other;
+
+  size_t size() const { return kinds.size(); }
+  void push(const Scalar& s) {
+    kinds.push_back(s.kind);
+    uint64_t b = 0;
+    std::memcpy(&b, &s.u, sizeof b);
+    bits.push_back(b);
   }
+  Scalar at(size_t i) const {
+    Scalar s{kinds[i], {}};
+    std::memcpy(&s.u, &bits[i], sizeof bits[i]);
+    return s;
+  }
+};
+
+std::string shown(const Scalar& v, const DataValues& d) {
+  switch (v.kind) {
+    case Scalar::Bool: return v.b ? "true" : "false";
+    case Scalar::Int: return std::to_string(v.i);
+    case Scalar::UInt: return std::to_string(v.u);
+    case Scalar::Float: return json(v.d).dump();
+    case Scalar::Other: break;
+  }
+  return d.first_other;
+}
+
+// Element `i` of input `name`: what was wrong with it.
+BadRequest bad_element(const std::string& name, size_t i, const std::string& shown, const std::string& why) {
   return BadRequest("input '" + name + "': element " + std::to_string(i) + " (" + clip(shown, 64) + ") " + why);
 }
 
-// A JSON number (or boolean) as an integer in [lo, hi]; a float only when it is integral ("3.0").
-int64_t integer_element(const json& v, int64_t lo, int64_t hi, const char* type, const std::string& name, size_t i) {
-  if (v.is_boolean()) return v.get<bool>() ? 1 : 0;
+// A number (or boolean) as an integer in [lo, hi]; a float only when it is integral ("3.0").
+int64_t integer_element(const Scalar& v, const DataValues& d, int64_t lo, int64_t hi, const char* type,
+                        const std::string& name, size_t i) {
   const std::string range = std::string("is not an integer in the range of ") + type;
-  if (v.is_number_unsigned()) {
-    const uint64_t u = v.get<uint64_t>();
-    if (u > static_cast<uint64_t>(hi)) throw bad_element(name, i, v, range);
-    return static_cast<int64_t>(u);
+  switch (v.kind) {
+    case Scalar::Bool: return v.b ? 1 : 0;
+    case Scalar::UInt:
+      if (v.u > static_cast<uint64_t>(hi)) throw bad_element(name, i, shown(v, d), range);
+      return static_cast<int64_t>(v.u);
+    case Scalar::Int:
+      if (v.i < lo || v.i > hi) throw bad_element(name, i, shown(v, d), range);
+      return v.i;
+    case Scalar::Float:
+      // hi + 1 as a double is exact for every type here (2^63 for int64), so the comparison is too
+      if (!(v.d >= static_cast<double>(lo) && v.d < static_cast<double>(hi) + 1.0) || v.d != std::floor(v.d)) {
+        throw bad_element(name, i, shown(v, d), range);
+      }
+      return static_cast<int64_t>(v.d);
+    case Scalar::Other: break;
   }
-  if (v.is_number_integer()) {
-    const int64_t x = v.get<int64_t>();
-    if (x < lo || x > hi) throw bad_element(name, i, v, range);
-    return x;
-  }
-  if (v.is_number_float()) {
-    const double d = v.get<double>();
-    // hi + 1 as a double is exact for every type here (2^63 for int64), so the comparison is too
-    if (!(d >= static_cast<double>(lo) && d < static_cast<double>(hi) + 1.0) || d != std::floor(d)) {
-      throw bad_element(name, i, v, range);
-    }
-    return static_cast<int64_t>(d);
-  }
-  throw bad_element(name, i, v, "is not a number");
+  throw bad_element(name, i, shown(v, d), "is not a number");
 }
 
-double float_element(const json& v, double max, const char* type, const std::string& name, size_t i) {
-  if (v.is_boolean()) return v.get<bool>() ? 1.0 : 0.0;
-  if (!v.is_number()) throw bad_element(name, i, v, "is not a number");
-  const double d = v.get<double>();
-  if (!(std::fabs(d) <= max)) throw bad_element(name, i, v, std::string("is out of the range of ") + type);
-  return d;
+double float_element(const Scalar& v, const DataValues& d, double max, const char* type, const std::string& name,
+                     size_t i) {
+  double x = 0;
+  switch (v.kind) {
+    case Scalar::Bool: return v.b ? 1.0 : 0.0;
+    case Scalar::Int: x = static_cast<double>(v.i); break;
+    case Scalar::UInt: x = static_cast<double>(v.u); break;
+    case Scalar::Float: x = v.d; break;
+    case Scalar::Other: throw bad_element(name, i, shown(v, d), "is not a number");
+  }
+  if (!(std::fabs(x) <= max)) throw bad_element(name, i, shown(v, d), std::string("is out of the range of ") + type);
+  return x;
 }
 
-// The "data" of an input (flat or nested lists, row-major) into `out`, `count` elements of `dtype`.
-void fill_from_json(const json& data, DType dtype, uint8_t* out, size_t count, const std::string& name) {
-  if (!data.is_array()) {
-    throw BadRequest("input '" + name + "': \"data\" must be a list of values (flat or nested), got " +
-                     (data.is_string() ? "a string" : data.is_object() ? "an object" : "one value"));
+// An input's data into `out`, `count` elements of `dtype`.
+void fill_from_values(const DataValues& d, DType dtype, uint8_t* out, size_t count, const std::string& name) {
+  if (d.size() > count) {
+    throw BadRequest("input '" + name + "': data has more elements than its shape's " + std::to_string(count));
   }
-  std::vector<const json*> flat;
-  std::vector<const json*> stack{&data};
-  while (!stack.empty()) {
-    const json* j = stack.back();
-    stack.pop_back();
-    if (j->is_array()) {
-      for (auto it = j->rbegin(); it != j->rend(); ++it) stack.push_back(&*it);
-    } else {
-      flat.push_back(j);
-    }
-    if (flat.size() > count) {
-      throw BadRequest("input '" + name + "': data has more elements than its shape's " + std::to_string(count));
-    }
-  }
-  if (flat.size() != count) {
-    throw BadRequest("input '" + name + "': data has " + std::to_string(flat.size()) + " elements, its shape " +
+  if (d.size() != count) {
+    throw BadRequest("input '" + name + "': data has " + std::to_string(d.size()) + " elements, its shape " +
                      std::to_string(count));
   }
   for (size_t i = 0; i < count; ++i) {
-    const json& v = *flat[i];
+    const Scalar v = d.at(i);
     switch (dtype) {
       case DType::Float32: {
-        const auto f = static_cast<float>(float_element(v, FLT_MAX, "FP32", name, i));
+        const auto f = static_cast<float>(float_element(v, d, FLT_MAX, "FP32", name, i));
         std::memcpy(out + 4 * i, &f, 4);
         break;
       }
       case DType::Float64: {
-        const double d = float_element(v, DBL_MAX, "FP64", name, i);
-        std::memcpy(out + 8 * i, &d, 8);
+        const double x = float_element(v, d, DBL_MAX, "FP64", name, i);
+        std::memcpy(out + 8 * i, &x, 8);
         break;
       }
       case DType::Int64: {
-        const int64_t x = integer_element(v, INT64_MIN, INT64_MAX, "INT64", name, i);
+        const int64_t x = integer_element(v, d, INT64_MIN, INT64_MAX, "INT64", name, i);
         std::memcpy(out + 8 * i, &x, 8);
         break;
       }
       case DType::Int32: {
-        const auto x = static_cast<int32_t>(integer_element(v, INT32_MIN, INT32_MAX, "INT32", name, i));
+        const auto x = static_cast<int32_t>(integer_element(v, d, INT32_MIN, INT32_MAX, "INT32", name, i));
         std::memcpy(out + 4 * i, &x, 4);
         break;
       }
       case DType::Int16: {
-        const auto x = static_cast<int16_t>(integer_element(v, INT16_MIN, INT16_MAX, "INT16", name, i));
+        const auto x = static_cast<int16_t>(integer_element(v, d, INT16_MIN, INT16_MAX, "INT16", name, i));
         std::memcpy(out + 2 * i, &x, 2);
         break;
       }
       case DType::Int8: {
-        const auto x = static_cast<int8_t>(integer_element(v, INT8_MIN, INT8_MAX, "INT8", name, i));
+        const auto x = static_cast<int8_t>(integer_element(v, d, INT8_MIN, INT8_MAX, "INT8", name, i));
         std::memcpy(out + i, &x, 1);
         break;
       }
       case DType::UInt8:
-        out[i] = static_cast<uint8_t>(integer_element(v, 0, UINT8_MAX, "UINT8", name, i));
+        out[i] = static_cast<uint8_t>(integer_element(v, d, 0, UINT8_MAX, "UINT8", name, i));
         break;
       case DType::Bool:
-        out[i] = static_cast<uint8_t>(integer_element(v, 0, 1, "BOOL", name, i));
+        out[i] = static_cast<uint8_t>(integer_element(v, d, 0, 1, "BOOL", name, i));
         break;
       default:
         throw BadRequest("input '" + name + "': " + datatype_name(dtype) +
@@ -128,6 +156,154 @@ void fill_from_json(const json& data, DType dtype, uint8_t* out, size_t count, c
     }
   }
 }
+
+// Values of the document outside the inputs' "data" lists, at most: names, shapes and parameters need few.
+constexpr size_t kMaxDocumentValues = size_t{1} << 20;
+
+// Parses the request's JSON (SAX) into a document of everything but the inputs' "data" lists, which go flattened
+// into DataValues as they are read; a document's input k with a "data" list has an empty list there and its
+// values in data[k].
+class RequestReader : public nlohmann::json_sax<json> {
+ public:
+  json document;
+  std::map<size_t, DataValues> data;  // by the input's position in "inputs"
+
+  bool null() override { return scalar(nullptr, Scalar{Scalar::Other, {}}, "null"); }
+  bool boolean(bool v) override {
+    Scalar s{Scalar::Bool, {}};
+    s.b = v;
+    return scalar(v, s);
+  }
+  bool number_integer(number_integer_t v) override {
+    Scalar s{Scalar::Int, {}};
+    s.i = v;
+    return scalar(v, s);
+  }
+  bool number_unsigned(number_unsigned_t v) override {
+    Scalar s{Scalar::UInt, {}};
+    s.u = v;
+    return scalar(v, s);
+  }
+  bool number_float(number_float_t v, const string_t&) override {
+    Scalar s{Scalar::Float, {}};
+    s.d = v;
+    return scalar(v, s);
+  }
+  bool string(string_t& v) override {
+    if (data_depth_ > 0) {
+      return other(json(clip(v, 48)).dump(-1, ' ', false, json::error_handler_t::replace));
+    }
+    return add(json(std::move(v)));
+  }
+  bool binary(binary_t&) override { throw BadRequest("the request is not JSON: it holds binary values"); }
+  bool start_object(std::size_t) override {
+    if (data_depth_ > 0) {  // an object among the data: an error when reached; its contents are skipped
+      if (skip_depth_++ == 0) other("an object");
+      return true;
+    }
+    return open(json::object());
+  }
+  bool key(string_t& k) override {
+    if (skip_depth_ == 0) key_ = std::move(k);
+    return true;
+  }
+  bool end_object() override {
+    if (skip_depth_ > 0) {
+      --skip_depth_;
+      return true;
+    }
+    stack_.pop_back();
+    return true;
+  }
+  bool start_array(std::size_t) override {
+    if (skip_depth_ > 0) return true;
+    if (data_depth_ > 0) {
+      ++data_depth_;
+      return true;
+    }
+    // inputs[k].data: the root object, its "inputs" list, input k's object, and the key "data"
+    if (stack_.size() == 3 && stack_[1] == inputs_list_ && stack_[2]->is_object() && key_ == "data") {
+      const size_t k = stack_[1]->size() - 1;
+      (*stack_.back())["data"] = json::array();
+      current_ = &data[k];
+      *current_ = DataValues{};
+      data_depth_ = 1;
+      return true;
+    }
+    const bool inputs = stack_.size() == 1 && stack_[0]->is_object() && key_ == "inputs";
+    open(json::array());
+    if (inputs) inputs_list_ = stack_.back();
+    return true;
+  }
+  bool end_array() override {
+    if (skip_depth_ > 0) return true;
+    if (data_depth_ > 0) {
+      --data_depth_;
+      return true;
+    }
+    stack_.pop_back();
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    throw BadRequest(std::string("the request is not JSON: ") + e.what());
+  }
+
+ private:
+  template <typename V>
+  bool scalar(V&& v, const Scalar& s, const char* other_shown = nullptr) {
+    if (skip_depth_ > 0) return true;
+    if (data_depth_ > 0) {
+      if (other_shown) return other(other_shown);
+      current_->push(s);
+      return true;
+    }
+    return add(json(std::forward<V>(v)));
+  }
+
+  bool other(std::string shown) {
+    if (current_->first_other.empty()) current_->first_other = std::move(shown);
+    current_->push(Scalar{Scalar::Other, {}});
+    return true;
+  }
+
+  // A value into the container being read (at the pending key of an object); the container itself when it is one.
+  json* place(json&& v) {
+    if (++values_ > kMaxDocumentValues) {
+      throw BadRequest("the request has more than " + std::to_string(kMaxDocumentValues) +
+                       " JSON values outside the inputs' \"data\"");
+    }
+    if (stack_.empty()) {
+      document = std::move(v);
+      return &document;
+    }
+    json& top = *stack_.back();
+    if (top.is_object()) {
+      json& slot = top[key_];
+      slot = std::move(v);
+      return &slot;
+    }
+    top.push_back(std::move(v));
+    return &top.back();
+  }
+
+  bool add(json&& v) {
+    place(std::move(v));
+    return true;
+  }
+
+  bool open(json&& container) {
+    stack_.push_back(place(std::move(container)));
+    return true;
+  }
+
+  std::vector<json*> stack_;  // the containers being read, outermost first (depth is bounded before parsing)
+  std::string key_;
+  const json* inputs_list_ = nullptr;  // the root's "inputs" (a std::map slot: its address is stable)
+  size_t data_depth_ = 0;   // inside an input's "data" lists
+  size_t skip_depth_ = 0;   // inside an object among the data
+  size_t values_ = 0;
+  DataValues* current_ = nullptr;
+};
 
 // A byte count as a header carries it: decimal digits only, no sign, no spaces, no overflow.
 bool parse_size(const std::string& s, size_t& out) {
@@ -163,7 +339,7 @@ bool flag(const json& parameters, const char* key, bool fallback, const std::str
 
 }  // namespace
 
-HttpInferRequest parse_http_infer(const pt2rt::Spec& spec, const std::string& body, const std::string* header_length,
+HttpInferRequest parse_http_infer(const pt2rt::Spec& spec, std::string_view body, const std::string* header_length,
                                   size_t max_bytes) {
   if (body.size() > max_bytes) {
     throw BadRequest("the request has " + std::to_string(body.size()) + " bytes, more than the limit " +
@@ -181,12 +357,9 @@ HttpInferRequest parse_http_infer(const pt2rt::Spec& spec, const std::string& bo
     }
   }
   check_json_depth(body.data(), body.data() + json_size);
-  json request;
-  try {
-    request = json::parse(body.begin(), body.begin() + static_cast<std::ptrdiff_t>(json_size));
-  } catch (const json::exception& e) {
-    throw BadRequest(std::string("the request is not JSON: ") + e.what());
-  }
+  RequestReader reader;
+  json::sax_parse(body.data(), body.data() + json_size, &reader);
+  const json& request = reader.document;
   const json* inputs_json = request.is_object() ? member(request, "inputs") : nullptr;
   if (inputs_json == nullptr || !inputs_json->is_array()) {
     throw BadRequest("expected a JSON object with \"inputs\": [...]");
@@ -199,7 +372,9 @@ HttpInferRequest parse_http_infer(const pt2rt::Spec& spec, const std::string& bo
   HttpInferRequest out;
   RequestInputs inputs(spec, max_bytes);
   size_t offset = json_size;
+  size_t position = 0;
   for (const auto& in : *inputs_json) {
+    const size_t k = position++;
     const json* name_json = in.is_object() ? member(in, "name") : nullptr;
     const json* shape_json = in.is_object() ? member(in, "shape") : nullptr;
     const json* datatype_json = in.is_object() ? member(in, "datatype") : nullptr;
@@ -228,8 +403,14 @@ HttpInferRequest parse_http_infer(const pt2rt::Spec& spec, const std::string& bo
       inputs.set(slot, body.data() + offset);
       offset += slot.bytes;
     } else if (const json* data = member(in, "data")) {
+      const auto values = reader.data.find(k);
+      if (!data->is_array() || values == reader.data.end()) {
+        throw BadRequest("input '" + name + "': \"data\" must be a list of values (flat or nested), got " +
+                         (data->is_string() ? "a string" : data->is_object() ? "an object" : "one value"));
+      }
       std::vector<uint8_t> buffer(slot.bytes);
-      fill_from_json(*data, slot.dtype, buffer.data(), slot.count, name);
+      fill_from_values(values->second, slot.dtype, buffer.data(), slot.count, name);
+      reader.data.erase(values);  // its values are in the buffer now
       inputs.set(slot, buffer.data());
     } else {
       throw BadRequest("input '" + name + "' has neither \"data\" nor parameters.binary_data_size");

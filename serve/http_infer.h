@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -21,7 +22,7 @@ struct HttpInferRequest {
 // `header_length`: the Inference-Header-Content-Length header's value, nullptr when absent (the whole body is
 // JSON). Any malformed, inconsistent or out-of-range part throws BadRequest naming it; nothing else is thrown for
 // any bytes (other than std::bad_alloc).
-HttpInferRequest parse_http_infer(const pt2rt::Spec& spec, const std::string& body, const std::string* header_length,
+HttpInferRequest parse_http_infer(const pt2rt::Spec& spec, std::string_view body, const std::string* header_length,
                                   size_t max_bytes);
 
 // An output tensor as the JSON "data" array; BadRequest for the datatypes JSON cannot carry (FP16, BF16).

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 #include <unordered_set>
@@ -45,6 +46,8 @@ constexpr const char* kVersion = PT2SERVE_VERSION;
 constexpr const char* kHeaderLength = "Inference-Header-Content-Length";
 // a request's line and headers together, at most: a client that sends more is answered 400 and closed
 constexpr size_t kMaxHeaderBytes = 64 * 1024;
+// bytes written to a connection per loop iteration, at most
+constexpr size_t kMaxSingleWrite = size_t{4} << 20;
 // bodies from this size up are followed by malloc_trim
 constexpr size_t kTrimFrom = size_t{4} << 20;
 // responses smaller than this go out uncompressed even when the client accepts gzip
@@ -396,10 +399,18 @@ struct HttpService::Impl {
   std::unordered_set<evhttp_connection*> unsent;  // loop thread only: connections writing an answer
   std::chrono::steady_clock::time_point last_accept_warning{};
 
-  // requests for the workers, answers for the loop
+  // Requests for the workers, answers for the loop. The worker idle for the shortest time takes the next request
+  // (a stack, not a queue): under light load one thread stays hot, with the intra-op thread team (OpenMP keeps
+  // one per calling thread) and caches of the model it ran last - handing requests round the pool cost 0.35 ms a
+  // request on the example model (measured).
+  struct Worker {
+    std::condition_variable cv;
+    std::optional<Request> job;
+  };
   std::mutex mu;
-  std::condition_variable cv;
-  std::deque<Request> jobs;
+  std::vector<std::unique_ptr<Worker>> pool;
+  std::vector<Worker*> idle;   // most recently idle last
+  std::deque<Request> backlog;  // when every worker is busy
   std::vector<std::pair<evhttp_request*, Response>> done;
   bool workers_stop = false;
   std::vector<std::thread> workers;
@@ -437,7 +448,10 @@ struct HttpService::Impl {
     if (!wake || !stop_event || !accept_retry || event_add(wake, nullptr) != 0) {
       throw std::runtime_error("libevent: cannot create events");
     }
-    for (size_t i = 0; i < options.workers; ++i) workers.emplace_back([this] { work(); });
+    for (size_t i = 0; i < options.workers; ++i) {
+      pool.push_back(std::make_unique<Worker>());
+      workers.emplace_back([this, w = pool.back().get()] { work(*w); });
+    }
   }
 
   void setup_tls() {
@@ -459,9 +473,9 @@ struct HttpService::Impl {
       std::lock_guard<std::mutex> lock(mu);
       workers_stop = true;
     }
-    cv.notify_all();
+    for (auto& w : pool) w->cv.notify_all();
     for (auto& t : workers) t.join();
-    for (auto& j : jobs) evbuffer_free(j.body);
+    for (auto& j : backlog) evbuffer_free(j.body);
     if (accept_retry) event_free(accept_retry);
     if (stop_event) event_free(stop_event);
     if (wake) event_free(wake);
@@ -511,9 +525,12 @@ struct HttpService::Impl {
   void request(evhttp_request* req) {
     // else a small answer waits for the client's delayed ACK (40 ms measured)
     if (evhttp_connection* conn = evhttp_request_get_connection(req)) {
-      const evutil_socket_t fd = bufferevent_getfd(evhttp_connection_get_bufferevent(conn));
+      bufferevent* bev = evhttp_connection_get_bufferevent(conn);
+      const evutil_socket_t fd = bufferevent_getfd(bev);
       const int on = 1;
       if (fd >= 0) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+      // libevent writes 16 KB per loop iteration by default: an answer goes out in as few writes as the socket takes
+      bufferevent_set_max_single_write(bev, kMaxSingleWrite);
     }
     const evhttp_cmd_type cmd = evhttp_request_get_command(req);
     Request r;
@@ -563,22 +580,32 @@ struct HttpService::Impl {
       }
     }
     ++in_flight;
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      jobs.push_back(std::move(r));
+    std::lock_guard<std::mutex> lock(mu);
+    if (idle.empty()) {
+      backlog.push_back(std::move(r));
+      return;
     }
-    cv.notify_one();
+    Worker* w = idle.back();
+    idle.pop_back();
+    w->job = std::move(r);
+    w->cv.notify_one();
   }
 
-  void work() {
+  void work(Worker& self) {
     while (true) {
       Request r;
       {
         std::unique_lock<std::mutex> lock(mu);
-        cv.wait(lock, [&] { return workers_stop || !jobs.empty(); });
-        if (jobs.empty()) return;
-        r = std::move(jobs.front());
-        jobs.pop_front();
+        if (!backlog.empty()) {
+          r = std::move(backlog.front());
+          backlog.pop_front();
+        } else {
+          idle.push_back(&self);
+          self.cv.wait(lock, [&] { return workers_stop || self.job.has_value(); });
+          if (!self.job) return;  // stopping: idle workers are no longer listed
+          r = std::move(*self.job);
+          self.job.reset();
+        }
       }
       Response res = handlers.handle(r);
       if (r.body) evbuffer_free(r.body);

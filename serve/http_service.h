@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "model.h"
+#include "repository.h"
 
 namespace pt2serve {
 

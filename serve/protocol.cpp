@@ -2,7 +2,8 @@
 
 #include <pt2rt/pt2rt.h>
 
-#include "model.h"
+#include <cstring>
+#include <map>
 
 namespace pt2serve {
 
@@ -72,5 +73,77 @@ void check_json_depth(const char* begin, const char* end, size_t max_depth) {
     }
   }
 }
+
+namespace {
+const std::map<pt2rt::DType, std::pair<const char*, size_t>>& datatypes() {
+  using pt2rt::DType;
+  static const std::map<DType, std::pair<const char*, size_t>> m = {
+      {DType::Float32, {"FP32", 4}}, {DType::Float64, {"FP64", 8}}, {DType::Float16, {"FP16", 2}},
+      {DType::BFloat16, {"BF16", 2}}, {DType::Int64, {"INT64", 8}}, {DType::Int32, {"INT32", 4}},
+      {DType::Int16, {"INT16", 2}},   {DType::Int8, {"INT8", 1}},   {DType::UInt8, {"UINT8", 1}},
+      {DType::Bool, {"BOOL", 1}}};
+  return m;
+}
+}  // namespace
+
+const char* datatype_name(pt2rt::DType d) { return datatypes().at(d).first; }
+size_t itemsize(pt2rt::DType d) { return datatypes().at(d).second; }
+
+RequestInputs::RequestInputs(const pt2rt::Spec& spec, size_t max_bytes)
+    : spec_(spec), max_bytes_(max_bytes), tensors_(spec.inputs.size()) {}
+
+RequestInputs::Slot RequestInputs::check(const std::string& name, const std::string& datatype,
+                                         const std::vector<int64_t>& shape) {
+  Slot slot;
+  while (slot.index < spec_.inputs.size() && spec_.inputs[slot.index].name != name) ++slot.index;
+  if (slot.index == spec_.inputs.size()) {
+    std::string have;
+    for (const auto& t : spec_.inputs) have += (have.empty() ? "" : ", ") + t.name;
+    throw BadRequest("unknown input '" + name + "' (the model's inputs: " + have + ")");
+  }
+  if (tensors_[slot.index]) throw BadRequest("input '" + name + "' is given twice");
+  slot.dtype = spec_.inputs[slot.index].dtype;
+  if (datatype != datatype_name(slot.dtype)) {
+    throw BadRequest("input '" + name + "' has datatype " + datatype + ", the model expects " +
+                     datatype_name(slot.dtype));
+  }
+  slot.shape = shape;
+  slot.count = 1;
+  const size_t limit = max_bytes_ / itemsize(slot.dtype);
+  size_t span = 1;  // the dims' product with zeros as ones: an empty tensor's other dims are bounded too
+  for (const int64_t d : shape) {
+    if (d < 0) throw BadRequest("input '" + name + "': negative dim in its shape");
+    // span * d <= limit, asked without overflowing
+    if (d > 1 && span > limit / static_cast<size_t>(d)) {
+      throw BadRequest("input '" + name + "' is larger than the request limit of " + std::to_string(max_bytes_) +
+                       " bytes (--max-request-mb)");
+    }
+    span *= static_cast<size_t>(std::max<int64_t>(d, 1));
+    slot.count *= static_cast<size_t>(d);
+  }
+  slot.bytes = slot.count * itemsize(slot.dtype);
+  return slot;
+}
+
+void RequestInputs::set(const Slot& slot, const void* data) {
+  tensors_[slot.index] = pt2rt::Tensor::copy_of(pt2rt::TensorView{data, slot.shape, slot.dtype});
+}
+
+std::vector<pt2rt::Tensor> RequestInputs::take() {
+  std::vector<pt2rt::Tensor> out;
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    if (!tensors_[i]) throw BadRequest("input '" + spec_.inputs[i].name + "' is missing");
+    out.push_back(std::move(*tensors_[i]));
+  }
+  return out;
+}
+
+size_t output_index(const pt2rt::Spec& spec, const std::string& name) {
+  for (size_t i = 0; i < spec.outputs.size(); ++i) {
+    if (spec.outputs[i].name == name) return i;
+  }
+  throw BadRequest("unknown output '" + name + "'");
+}
+
 
 }  // namespace pt2serve

@@ -8,7 +8,7 @@
 #include "infer_spec.h"
 
 #include "../../serve/grpc_infer.h"
-#include "../../serve/model.h"
+#include "../../serve/protocol.h"
 #include "open_inference_grpc.pb.h"
 
 #include <google/protobuf/stubs/logging.h>

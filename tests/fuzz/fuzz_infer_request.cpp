@@ -8,7 +8,7 @@
 #include "infer_spec.h"
 
 #include "../../serve/http_infer.h"
-#include "../../serve/model.h"
+#include "../../serve/protocol.h"
 
 #include <string>
 

@@ -839,10 +839,12 @@ def test_model_control_is_off_unless_asked_for(server):
 
 
 def test_the_http_listen_backlog_takes_a_burst_of_clients(server):
-    """httplib's own backlog is 5: 64 clients connecting at once saw resets. pt2serve listens with the system's."""
+    """libevent listens with a backlog of 128 (cpp-httplib's was 5: 64 clients connecting at once saw resets); pt2serve
+    listens with the system's maximum."""
     out = subprocess.run(["ss", "-ltnH", f"sport = :{server.port}"], capture_output=True, text=True, check=True).stdout
     backlog = int(out.split()[2])  # Send-Q of a listening socket: its backlog
-    assert backlog >= 128, out
+    system_max = min(int(Path("/proc/sys/net/core/somaxconn").read_text()), socket.SOMAXCONN)
+    assert backlog == system_max, out
 
 
 # Hostile clients: requests within or at the limits that must not take the server down or its memory
@@ -853,6 +855,13 @@ def _peak_rss_mb(pid: int) -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     raise AssertionError("no VmHWM")
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
 
 
 def _raw_exchange(server, head: bytes, body_parts) -> bytes:
@@ -913,6 +922,69 @@ def test_a_compressed_or_chunked_body_is_bounded_as_it_is_decoded(server):
                                eager(None, x))
 
 
+def test_a_60_mb_json_body_takes_at_most_4x_its_size(exported, tmp_path):
+    """A 60 MB JSON body (inside the 64 MB default) peaked at 1,176 MB: it was parsed into a document of 16-byte
+    values in growing lists before its tensor was filled. Now each input's data is read into compact values as it
+    is parsed. Here 5.6 million numbers for a 98,304-element input: refused once counted, peak RSS within 4x."""
+    repo = tmp_path / "models"
+    (repo / "net" / "1").mkdir(parents=True)
+    os.link(exported("net_dynamic")[0], repo / "net" / "1" / "model.pt2")
+    s = Serving(repo, "--max-request-mb", "64")
+    try:
+        token = b"0.1234567,"
+        n = 60_000_000 // len(token)
+        body = (b'{"inputs": [{"name": "x", "shape": [32, 3, 32, 32], "datatype": "FP32", "data": [' + token * n +
+                b'0]}]}')
+        rss_before = _rss_mb(s.proc.pid)
+        Path(f"/proc/{s.proc.pid}/clear_refs").write_text("5")  # the peak starts from here
+        status, answer = _post(s, "/v2/models/net/infer", body, {"Content-Type": "application/json"})
+        assert status == 400 and "data has more elements than its shape's 98304" in answer["error"], answer
+        grown = _peak_rss_mb(s.proc.pid) - rss_before
+        assert grown <= 4 * len(body) / 2**20, f"peak RSS grew {grown:.0f} MB for a {len(body) / 2**20:.0f} MB body"
+        print(f"60 MB JSON body: peak RSS +{grown:.0f} MB")
+        x = np.ones((32, 3, 32, 32), np.float32)  # the same size as JSON: answered
+        torch.testing.assert_close(torch.from_numpy(infer(s.client, "net", x, binary=False).copy()), eager(None, x))
+    finally:
+        assert s.stop() == 0
+
+
+def test_compressed_requests_and_responses_round_trip(server):
+    """Bodies in each Content-Encoding clients send are decoded (deflate with or without its zlib header); an
+    unknown one is a 400 naming it; a client that accepts gzip gets its JSON answer compressed."""
+    import brotli
+    x = np.arange(3 * 32 * 32, dtype=np.float32).reshape(1, 3, 32, 32) / 100
+    body = json.dumps({"inputs": [{"name": "x", "shape": [1, 3, 32, 32], "datatype": "FP32",
+                                   "data": x.ravel().tolist()}]}).encode()
+    expected = eager(None, x).numpy().ravel()
+
+    def raw_deflate(data):
+        z = zlib.compressobj(wbits=-15)
+        return z.compress(data) + z.flush()
+
+    for coding, encode in (("gzip", _gzip),
+                           ("deflate", zlib.compress), ("deflate", raw_deflate), ("br", brotli.compress),
+                           ("identity", lambda b: b)):
+        status, answer = _post(server, "/v2/models/net/infer", encode(body), {"Content-Encoding": coding})
+        assert status == 200, (coding, answer)
+        np.testing.assert_allclose(answer["outputs"][0]["data"], expected, rtol=1e-4, atol=1e-5)
+    status, answer = _post(server, "/v2/models/net/infer", body, {"Content-Encoding": "zstd"})
+    assert status == 400 and answer["error"] == ("Content-Encoding 'zstd' is not supported: expected gzip, deflate, "
+                                                 "br or identity"), answer
+    status, answer = _post(server, "/v2/models/net/infer", _gzip(body)[:-10], {"Content-Encoding": "gzip"})
+    assert status == 400 and "not a complete gzip stream" in answer["error"], answer
+    req = urllib.request.Request(f"http://{server.url}/v2/models/net/infer", data=body, method="POST",
+                                 headers={"Accept-Encoding": "br;q=0, gzip", "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        assert r.headers["Content-Encoding"] == "gzip"
+        answer = json.loads(zlib.decompress(r.read(), wbits=31))
+    np.testing.assert_allclose(answer["outputs"][0]["data"], expected, rtol=1e-4, atol=1e-5)
+
+
+def _gzip(data: bytes) -> bytes:
+    z = zlib.compressobj(wbits=31)
+    return z.compress(data) + z.flush()
+
+
 def test_errors_quote_at_most_a_kilobyte_of_the_request(server, exported):
     """A 100,000-dim shape was quoted whole: a 3 MB HTTP error, and over gRPC a status too large to send
     (RESOURCE_EXHAUSTED instead of INVALID_ARGUMENT)."""
@@ -938,12 +1010,77 @@ def test_grpc_compressed_requests_are_refused_before_they_are_inflated(server):
     assert server.grpc.is_server_live()
 
 
-def test_other_methods_and_paths_are_answered_without_reading_their_body(server):
+def test_other_methods_and_paths_are_answered_without_reading_past_the_limit(server):
     for method in ("POST", "PUT", "PATCH", "DELETE"):
         head = (f"{method} /v2/nothing HTTP/1.1\r\nHost: x\r\nContent-Length: {1 << 30}\r\n\r\n").encode()
         answer = _raw_exchange(server, head, [b"\0" * 65536])
-        assert answer.startswith(b"HTTP/1.1 404") and b"Connection: close" in answer, answer[:300]
+        assert answer.startswith(b"HTTP/1.1 413") and b"Connection: close" in answer, answer[:300]
+        head = (f"{method} /v2/nothing HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nConnection: close\r\n\r\n").encode()
+        answer = _raw_exchange(server, head, [b"hello"])
+        assert answer.startswith(b"HTTP/1.1 404"), answer[:300]
         assert f"no such endpoint: {method} /v2/nothing".encode() in answer
+
+
+def test_a_header_line_past_64_kb_is_refused_before_it_is_buffered(server):
+    """A 256 MiB header line took 508 MB: the line was buffered whole before any limit applied."""
+    before = _peak_rss_mb(server.proc.pid)
+    head = b"GET /v2/health/live HTTP/1.1\r\nX-Long: "
+    answer = _raw_exchange(server, head, (b"a" * 65536 for _ in range(4096)))
+    assert answer == b"" or answer.startswith(b"HTTP/1.1 400"), answer[:200]
+    grown = _peak_rss_mb(server.proc.pid) - before
+    assert grown < 20, f"peak RSS grew {grown:.0f} MB"
+    assert server.get("/v2/health/live")[0] == 200
+
+
+def test_a_thousand_slow_clients_do_not_keep_a_good_one_out(server):
+    """64 connections sending a header byte every 2 s stopped all HTTP service (a thread per connection, 64 of
+    them). Now 1,000 slow connections - a third never finishing their headers, a third their bodies, a third idle -
+    while a good client's requests and health probes are all answered, correctly. Their latency is reported (the
+    goal, p99 <= 1 s, is checked by benchmarks/serve_slow_clients.py)."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = 1300
+    assert hard >= need, f"this test needs {need} file descriptors; the hard limit is {hard}"
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, need), hard))
+    slow, stop = [], threading.Event()
+    try:
+        for i in range(1000):
+            s = socket.create_connection(("localhost", server.port), timeout=10)
+            if i % 3 == 0:
+                s.sendall(b"POST /v2/models/net/infer HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+            elif i % 3 == 1:
+                s.sendall(b"POST /v2/models/net/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{")
+            slow.append((s, i % 3 != 2))
+
+        def drip():  # a byte per connection per second, for as long as the good client runs
+            while not stop.wait(1.0):
+                for s, sends in slow:
+                    if sends:
+                        try:
+                            s.send(b"a")
+                        except OSError:
+                            pass
+
+        dripper = threading.Thread(target=drip)
+        dripper.start()
+        client = tritonhttp.InferenceServerClient(server.url, connection_timeout=10, network_timeout=10)
+        latencies = []
+        for i in range(30):
+            x = np.full((1, 3, 32, 32), float(i), np.float32)
+            start = time.perf_counter()
+            y = infer(client, "net", x)
+            assert server.get("/v2/health/ready")[0] == 200
+            latencies.append(time.perf_counter() - start)
+            torch.testing.assert_close(torch.from_numpy(y.copy()), eager(None, x))
+        latencies.sort()
+        print(f"good client beside 1,000 slow ones: p50 {latencies[15] * 1e3:.1f} ms, max {latencies[-1] * 1e3:.1f} ms")
+        assert server.proc.poll() is None
+    finally:
+        stop.set()
+        for s, _ in slow:
+            s.close()
+    dripper.join()
+    assert server.get("/v2/health/live")[0] == 200
 
 
 @pytest.mark.parametrize("config, message", [
