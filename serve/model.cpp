@@ -50,6 +50,7 @@ Model::Model(std::string name, std::string version, std::string path, ModelConfi
   pt2rt::Options options;
   options.num_runners = config_.instance_count;
   options.ops_libraries = config_.ops_libraries;
+  options.keep_package_open = false;  // no file held per loaded version; golden cases are not read while serving
   try {
     runtime_.emplace(pt2rt::Runtime::load(path_, options));
   } catch (const std::exception& e) {

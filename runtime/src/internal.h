@@ -43,6 +43,18 @@ struct Limits {
 };
 Limits limits_of(const Options& options);
 
+// A file as the system knows it (device, inode, size, modification time): a file renamed over a path, or changed
+// in place, is another. Error(Package) when it cannot be stat'ed.
+struct FileIdentity {
+  uint64_t device = 0, inode = 0, size = 0;
+  int64_t mtime_ns = 0;
+  bool operator==(const FileIdentity& o) const {
+    return device == o.device && inode == o.inode && size == o.size && mtime_ns == o.mtime_ns;
+  }
+  bool operator!=(const FileIdentity& o) const { return !(*this == o); }
+};
+FileIdentity file_identity(const std::string& path);
+
 class Package {
  public:
   Package(const std::string& path, const Limits& limits);

@@ -42,6 +42,16 @@ Limits limits_of(const Options& options) {
   return Limits{options.max_record_bytes, options.max_metadata_bytes};
 }
 
+FileIdentity file_identity(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) {
+    throw Error(ErrorCode::Package, "cannot open package " + path + ": " + std::strerror(errno));
+  }
+  return FileIdentity{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
+                      static_cast<uint64_t>(st.st_size),
+                      static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
+}
+
 Package::Package(const std::string& path, const Limits& limits) : path_(path), limits_(limits) {
   struct stat st {};
   if (stat(path.c_str(), &st) != 0) {

@@ -22,7 +22,12 @@ std::mutex g_aoti_mutex;
 }  // namespace
 
 struct Runtime::Impl {
-  std::unique_ptr<detail::Package> package;  // open for the Runtime's life: golden cases come from the same file
+  // open for the Runtime's life (Options::keep_package_open): golden cases come from the same file; else null, and
+  // the file is opened again when golden cases are read, if it is still the one loaded
+  std::unique_ptr<detail::Package> package;
+  std::string package_path;
+  detail::Limits limits{};
+  detail::FileIdentity identity;
   Spec spec;
   std::vector<std::string> libraries;
   size_t variant = 0;  // index into spec.variants
@@ -163,7 +168,19 @@ Runtime Runtime::load(const std::string& package_path, const Options& options) {
                                       std::to_string(options.num_runners));
   }
   auto impl = std::make_unique<Impl>();
-  impl->package = std::make_unique<detail::Package>(package_path, detail::limits_of(options));
+  impl->package_path = package_path;
+  impl->limits = detail::limits_of(options);
+  if (options.keep_package_open) {
+    impl->package = std::make_unique<detail::Package>(package_path, impl->limits);
+  } else {
+    // the identity of the file opened, to know it again: the path's before and after opening, the same
+    for (int attempt = 0;; ++attempt) {
+      impl->identity = detail::file_identity(package_path);
+      impl->package = std::make_unique<detail::Package>(package_path, impl->limits);
+      if (detail::file_identity(package_path) == impl->identity) break;
+      if (attempt == 2) throw Error(ErrorCode::Package, package_path + " kept being replaced while it was opened");
+    }
+  }
   impl->spec = impl->package->spec();
   const Spec& spec = impl->spec;
 
@@ -189,6 +206,7 @@ Runtime Runtime::load(const std::string& package_path, const Options& options) {
   } catch (const std::exception& e) {
     throw Error(ErrorCode::Package, "AOTInductor cannot load " + package_path + ": " + detail::short_what(e));
   }
+  if (!options.keep_package_open) impl->package.reset();
   return Runtime(std::move(impl));
 }
 
@@ -233,8 +251,33 @@ detail::Golden read_golden(const detail::Package& package, const Spec& spec) {
 
 }  // namespace
 
+namespace {
+
+// The golden cases of the package that was loaded: through the file held open, else the path opened again if it
+// still is that file.
+detail::Golden golden_of(const Runtime::Impl& impl) {
+  if (impl.package) return read_golden(*impl.package, impl.spec);
+  const std::string& path = impl.package_path;
+  const auto changed = [&] {
+    return Error(ErrorCode::Package, path + " is not the file that was loaded (replaced, or changed since); load it "
+                                            "again to read its golden cases");
+  };
+  detail::FileIdentity now;
+  try {
+    now = detail::file_identity(path);
+  } catch (const Error&) {
+    throw changed();
+  }
+  if (now != impl.identity) throw changed();
+  const detail::Package package(path, impl.limits);
+  if (detail::file_identity(path) != impl.identity) throw changed();
+  return read_golden(package, impl.spec);
+}
+
+}  // namespace
+
 std::vector<Tensor> Runtime::example_inputs() const {
-  const detail::Golden golden = read_golden(*impl_->package, impl_->spec);
+  const detail::Golden golden = golden_of(*impl_);
   std::vector<Tensor> out;
   for (const auto& t : golden.inputs.front()) out.push_back(detail::wrap(t).to(impl_->spec.device));
   return out;
@@ -242,7 +285,7 @@ std::vector<Tensor> Runtime::example_inputs() const {
 
 VerifyReport Runtime::verify() const {
   const Spec& spec = impl_->spec;
-  const detail::Golden golden = read_golden(*impl_->package, spec);
+  const detail::Golden golden = golden_of(*impl_);
   const auto& names = golden.names;
   const auto& inputs = golden.inputs;
   const auto& outputs = golden.outputs;

@@ -229,6 +229,49 @@ TEST(Loading, APackageReplacedWhileLoadingNeverMixesTwoPackages) {
   EXPECT_EQ(loaded, 40);
 }
 
+// Open file descriptors of this process that point at `path`.
+int open_descriptors_of(const fs::path& path) {
+  int n = 0;
+  for (const auto& e : fs::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    if (fs::read_symlink(e.path(), ec) == path) ++n;
+  }
+  return n;
+}
+
+TEST(Loading, WithoutKeepPackageOpenNoFileIsHeldAndAReplacedPackageIsNotVerified) {
+  // pt2serve with 1,000 versions loaded held 1,009 package files open: the runtime kept each for verify().
+  PrivateTmpdir tmp;
+  const fs::path path = tmp.dir() / "model.pt2";
+  fs::copy_file(kNet, path);
+  pt2rt::Options o = with_ops();
+  const pt2rt::Runtime kept = pt2rt::Runtime::load(path.string(), o);
+  EXPECT_EQ(open_descriptors_of(path), 1);
+  o.keep_package_open = false;
+  {
+    const pt2rt::Runtime closed = pt2rt::Runtime::load(path.string(), o);
+    EXPECT_EQ(open_descriptors_of(path), 1);  // kept's only
+    EXPECT_TRUE(closed.verify().passed());
+    EXPECT_EQ(closed.example_inputs().size(), 1u);
+    EXPECT_EQ(open_descriptors_of(path), 1);
+    // another file renamed over the path: kept still verifies its own; closed refuses rather than read another's
+    const fs::path next = tmp.dir() / "next.pt2";
+    fs::copy_file(kOp, next);
+    fs::rename(next, path);
+    EXPECT_TRUE(kept.verify().passed());
+    try {
+      closed.verify();
+      ADD_FAILURE() << "verify() read the golden cases of a package that was not the one loaded";
+    } catch (const pt2rt::Error& e) {
+      EXPECT_EQ(e.code(), pt2rt::ErrorCode::Package);
+      EXPECT_NE(std::string(e.what()).find("is not the file that was loaded"), std::string::npos) << e.what();
+    }
+    const std::vector<float> x(3 * 32 * 32, 1.0f);  // it runs on: only the golden cases are refused
+    EXPECT_EQ(closed.run({pt2rt::TensorView{x.data(), {1, 3, 32, 32}, pt2rt::DType::Float32}}).size(), 1u);
+  }
+  EXPECT_EQ(open_descriptors_of(path), 0);  // the path is another file now; kept holds the one it loaded
+}
+
 TEST(Loading, ZipSlipWritesNothingOutsideTheRuntimesDirectory) {
   PrivateTmpdir tmp;
   const fs::path target = "/tmp/pt2rt-zip-slip-target";

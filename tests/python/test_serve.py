@@ -1117,6 +1117,19 @@ def test_flags_out_of_range_exit_2(tmp_path):
         assert r.returncode == 2 and flag in r.stderr, (flag, value, r.returncode, r.stderr)
 
 
+def test_no_package_file_is_held_open_per_loaded_version(server):
+    """1,000 versions kept 1,009 package files open (a new client then waited 9.5 s under ulimit -n 1024)."""
+    def target(fd: Path) -> str:
+        try:
+            return os.readlink(fd)
+        except OSError:  # closed meanwhile
+            return ""
+
+    held = [t for t in map(target, Path(f"/proc/{server.proc.pid}/fd").iterdir()) if t.endswith(".pt2")]
+    assert held == [], held
+    assert server.get("/v2/models/net/ready")[0] == 200
+
+
 def test_explicit_load_refuses_dot_folders(exported, tmp_path):
     """Folders whose names start with '.' are not models (a VCS folder, Kubernetes' ..data): not by name either."""
     repo = tmp_path / "models"

@@ -191,6 +191,12 @@ struct Options {
   std::string cpu_isa;
   // CUDA device for CUDA packages; -1: the current device.
   int device_index = -1;
+  // Keep the package file open for the Runtime's life, so that verify() and example_inputs() read the golden
+  // cases of the very file that was loaded, even if another is renamed over its path. Off: no file is held once
+  // load() returns (a server with many versions loaded holds no file per version); verify() and example_inputs()
+  // open the path again and throw Error(Package) when it is not the file that was loaded (another file, or another
+  // size or modification time).
+  bool keep_package_open = true;
 };
 
 struct CaseReport {
