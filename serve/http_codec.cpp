@@ -103,26 +103,30 @@ std::string brotli_bounded(std::string_view in, size_t max_bytes) {
 
 std::string decode_body(std::string_view content_encoding, std::string_view body, size_t max_bytes) {
   const std::vector<std::string> codings = split_list(content_encoding);
-  std::string decoded(body);
-  if (decoded.size() > max_bytes) too_large(max_bytes);
+  std::string decoded;
+  std::string_view current = body;  // copied only by the first coding that changes it
+  bool changed = false;
   for (auto it = codings.rbegin(); it != codings.rend(); ++it) {
     const std::string& coding = *it;
     if (coding == "identity") continue;
     if (coding == "gzip" || coding == "x-gzip") {
-      decoded = inflate_bounded(decoded, 31, max_bytes, "gzip");
+      decoded = inflate_bounded(current, 31, max_bytes, "gzip");
     } else if (coding == "deflate") {
-      const auto b0 = static_cast<unsigned char>(decoded.size() > 0 ? decoded[0] : 0);
-      const auto b1 = static_cast<unsigned char>(decoded.size() > 1 ? decoded[1] : 0);
-      const bool zlib_header = decoded.size() >= 2 && (b0 & 0x0f) == 8 && ((b0 << 8) | b1) % 31 == 0;
-      decoded = inflate_bounded(decoded, zlib_header ? 15 : -15, max_bytes, "deflate");
+      const auto b0 = static_cast<unsigned char>(current.size() > 0 ? current[0] : 0);
+      const auto b1 = static_cast<unsigned char>(current.size() > 1 ? current[1] : 0);
+      const bool zlib_header = current.size() >= 2 && (b0 & 0x0f) == 8 && ((b0 << 8) | b1) % 31 == 0;
+      decoded = inflate_bounded(current, zlib_header ? 15 : -15, max_bytes, "deflate");
     } else if (coding == "br") {
-      decoded = brotli_bounded(decoded, max_bytes);
+      decoded = brotli_bounded(current, max_bytes);
     } else {
       throw BadRequest("Content-Encoding '" + clip(coding, 64) +
                        "' is not supported: expected gzip, deflate, br or identity");
     }
+    current = decoded;
+    changed = true;
   }
-  return decoded;
+  if (current.size() > max_bytes) too_large(max_bytes);
+  return changed ? std::move(decoded) : std::string(current);
 }
 
 std::string response_coding(std::string_view accept_encoding) {
