@@ -1,6 +1,7 @@
 #include "model.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "protocol.h"
@@ -51,6 +52,7 @@ Model::Model(std::string name, std::string version, std::string path, ModelConfi
   options.num_runners = config_.instance_count;
   options.ops_libraries = config_.ops_libraries;
   options.keep_package_open = false;  // no file held per loaded version; golden cases are not read while serving
+  if (const char* isa = std::getenv("PT2RT_CPU_ISA")) options.cpu_isa = isa;  // as pt2run: the library reads no environment
   try {
     runtime_.emplace(pt2rt::Runtime::load(path_, options));
   } catch (const std::exception& e) {

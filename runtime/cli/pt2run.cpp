@@ -89,13 +89,15 @@ pt2rt::Spec printable_spec(pt2rt::Spec s) {
   return s;
 }
 
+std::string g_cpu_isa;  // --cpu-isa, else $PT2RT_CPU_ISA
+
 int cmd_info(const std::string& package, bool json) {
   const pt2rt::Spec raw = pt2rt::Runtime::read_spec(package);
   const pt2rt::Spec spec = json ? raw : printable_spec(raw);
   // Which variant this host would load, or why none.
   std::string selected, none_reason;
   try {
-    selected = spec.variants[pt2rt::select_variant(raw)].isa;
+    selected = spec.variants[pt2rt::select_variant(raw, g_cpu_isa)].isa;
   } catch (const pt2rt::Error& e) {
     none_reason = json ? e.what() : printable(e.what());
   }
@@ -146,7 +148,6 @@ int cmd_host(bool json) {
   return kExitOk;
 }
 
-std::string g_cpu_isa;  // --cpu-isa
 bool g_ops_from_package_dir = false;  // --ops-from-package-dir
 
 pt2rt::Options options_for(const std::vector<std::string>& ops, int runners) {
@@ -391,6 +392,8 @@ int main(int argc, char** argv) {
   pt2rt::keep_freed_memory();
   // Directories a killed pt2run (or any process of this user using libpt2rt) left in $TMPDIR.
   pt2rt::remove_stale_temp_dirs();
+  // the library reads no environment: the CLI passes $PT2RT_CPU_ISA as the option it stands for
+  if (const char* isa = std::getenv("PT2RT_CPU_ISA")) g_cpu_isa = isa;
   CLI::App app{"pt2run: run model.pt2 packages made by export_tools, without Python.\n"
                "Exit codes: 0 ok, 1 verification mismatch, 2 usage, 3 package, 4 ops library, 5 input, 6 I/O, "
                "7 runtime."};
@@ -429,7 +432,8 @@ int main(int argc, char** argv) {
   bench->option_defaults()->always_capture_default();  // --help shows each default
   bench->add_option("package", package, "the .pt2 package")->required();
   bench->add_option("--ops", ops, "ops library to load");
-  bench->add_option("--cpu-isa", g_cpu_isa, "load this CPU variant of the package");
+  bench->add_option("--cpu-isa", g_cpu_isa, "load this CPU variant of the package (default: $PT2RT_CPU_ISA, else "
+                                            "the best one this CPU runs)");
   bench->add_option("--input,-i", inputs, "tensor files (default: the package's example input)");
   bench->add_option("--warmup", warmup, "runs before measuring")->check(CLI::NonNegativeNumber);
   bench->add_option("--iters", iters, "measured runs")->check(CLI::PositiveNumber);

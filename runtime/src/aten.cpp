@@ -6,7 +6,7 @@ namespace pt2rt {
 
 Tensor from_aten(const at::Tensor& t) { return detail::wrap(t); }
 
-at::Tensor to_aten(const Tensor& tensor) { return tensor.impl()->t; }
+at::Tensor to_aten(const Tensor& tensor) { return detail::TensorAccess::aten(tensor); }
 
 std::vector<at::Tensor> run(const Runtime& runtime, const std::vector<at::Tensor>& inputs) {
   std::vector<Tensor> owned;

@@ -202,10 +202,7 @@ std::string why_variant_cannot_run(const Variant& v) {
 }
 
 size_t select_variant(const Spec& spec, const std::string& cpu_isa) {
-  std::string forced = cpu_isa;
-  if (forced.empty()) {
-    if (const char* env = std::getenv("PT2RT_CPU_ISA")) forced = env;
-  }
+  const std::string& forced = cpu_isa;
   std::vector<std::string> have;
   for (const auto& v : spec.variants) have.push_back(v.isa);
   if (!forced.empty()) {

@@ -23,6 +23,19 @@ struct Tensor::Impl {
 
 namespace detail {
 
+// The library's own access to a Tensor's torch tensor.
+struct TensorAccess {
+  static const at::Tensor& aten(const Tensor& t) { return t.impl_->t; }
+  // `t` must be contiguous.
+  static Tensor make(at::Tensor t, DType dtype) {
+    auto impl = std::make_shared<Tensor::Impl>();
+    impl->shape = t.sizes().vec();
+    impl->t = std::move(t);
+    impl->dtype = dtype;
+    return Tensor(std::move(impl));
+  }
+};
+
 at::ScalarType to_scalar_type(DType dtype);
 std::optional<DType> from_scalar_type(at::ScalarType t);
 Tensor wrap(at::Tensor t);                 // makes it contiguous; no copy when it is already
@@ -58,6 +71,8 @@ FileIdentity file_identity(const std::string& path);
 class Package {
  public:
   Package(const std::string& path, const Limits& limits);
+  // A package in memory, borrowed: `bytes` must outlive the Package. `name` stands for a path in messages.
+  Package(const void* bytes, size_t size, const std::string& name, const Limits& limits);
   ~Package();
   const std::string& path() const { return path_; }
   const std::vector<std::string>& records() const { return records_; }  // relative to the archive root
@@ -71,6 +86,8 @@ class Package {
   Limits limits_;
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader_;
   std::vector<std::string> records_;
+
+  void open_records();
 };
 
 // The variant's model folder (and the package's constants and weights) in a new private directory, mode 0700,

@@ -75,7 +75,7 @@ std::vector<std::string> search_path(const std::string& package_path, bool packa
     for (std::string dir; std::getline(list, dir, ':');)
       if (!dir.empty()) dirs.push_back(dir);
   }
-  if (package_dir) dirs.push_back(dirname_of(package_path));
+  if (package_dir && !package_path.empty()) dirs.push_back(dirname_of(package_path));  // none: from memory
   return dirs;
 }
 

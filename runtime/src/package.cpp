@@ -3,6 +3,7 @@
 #include "parsers.h"
 
 #include <caffe2/serialize/inline_container.h>
+#include <caffe2/serialize/read_adapter_interface.h>
 #include <openssl/evp.h>
 
 #include <sys/stat.h>
@@ -17,6 +18,23 @@ namespace pt2rt::detail {
 namespace {
 
 constexpr const char* kModelDir = "data/aotinductor/";
+
+// Borrowed bytes as torch's zip reader reads a file.
+class MemoryReader : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  MemoryReader(const void* bytes, size_t size) : bytes_(static_cast<const char*>(bytes)), size_(size) {}
+  size_t size() const override { return size_; }
+  size_t read(uint64_t pos, void* buf, size_t n, const char* /*what*/) const override {
+    if (pos >= size_) return 0;
+    const size_t count = std::min<uint64_t>(n, size_ - pos);
+    std::memcpy(buf, bytes_ + pos, count);
+    return count;
+  }
+
+ private:
+  const char* bytes_;
+  size_t size_;
+};
 
 }  // namespace
 
@@ -61,9 +79,32 @@ Package::Package(const std::string& path, const Limits& limits) : path_(path), l
   if (st.st_size == 0) throw Error(ErrorCode::Package, path + " is empty; expected a .pt2 package");
   try {
     reader_ = std::make_unique<caffe2::serialize::PyTorchStreamReader>(path);
-    records_ = reader_->getAllRecords();  // torch refuses records outside the archive's root folder
   } catch (const std::exception& e) {
     (void)e;  // torch's reader explains zip internals; the user needs the verdict
+    throw Error(ErrorCode::Package, path + " is not a .pt2 package (not a readable zip archive)");
+  }
+  open_records();
+}
+
+Package::Package(const void* bytes, size_t size, const std::string& name, const Limits& limits)
+    : path_(name), limits_(limits) {
+  if (bytes == nullptr && size != 0) throw Error(ErrorCode::Usage, name + ": the bytes are NULL");
+  if (size == 0) throw Error(ErrorCode::Package, name + " is empty; expected a .pt2 package");
+  try {
+    reader_ = std::make_unique<caffe2::serialize::PyTorchStreamReader>(std::make_shared<MemoryReader>(bytes, size));
+  } catch (const std::exception& e) {
+    (void)e;
+    throw Error(ErrorCode::Package, name + " is not a .pt2 package (not a readable zip archive)");
+  }
+  open_records();
+}
+
+void Package::open_records() {
+  const std::string& path = path_;
+  try {
+    records_ = reader_->getAllRecords();  // torch refuses records outside the archive's root folder
+  } catch (const std::exception& e) {
+    (void)e;
     throw Error(ErrorCode::Package, path + " is not a .pt2 package (not a readable zip archive)");
   }
   if (records_.size() > limits_.max_records) {

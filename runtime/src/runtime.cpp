@@ -25,7 +25,9 @@ struct Runtime::Impl {
   // open for the Runtime's life (Options::keep_package_open): golden cases come from the same file; else null, and
   // the file is opened again when golden cases are read, if it is still the one loaded
   std::unique_ptr<detail::Package> package;
-  std::string package_path;
+  std::string package_path;  // loaded from memory: a name for messages
+  bool from_memory = false;
+  std::vector<char> golden;  // loaded from memory with keep_package_open: the golden record's bytes
   detail::Limits limits{};
   detail::FileIdentity identity;
   Spec spec;
@@ -161,12 +163,50 @@ Spec Runtime::read_spec(const std::string& package_path) {
   return detail::Package(package_path, detail::limits_of(Options{})).spec();
 }
 
-Runtime Runtime::load(const std::string& package_path, const Options& options) {
+namespace {
+
+void check_runners(const Options& options) {
   if (options.num_runners < 1 || options.num_runners > kMaxRunners) {
     // each runner is a model instance: an unbounded count would load until memory runs out
     throw Error(ErrorCode::Usage, "num_runners must be in 1.." + std::to_string(kMaxRunners) + ", got " +
                                       std::to_string(options.num_runners));
   }
+}
+
+// Everything of a load after the package is open: spec, variant, host checks, extraction, ops libraries, model.
+void load_opened(Runtime::Impl& impl, const Options& options) {
+  const std::string& package_path = impl.package_path;
+  impl.spec = impl.package->spec();
+  const Spec& spec = impl.spec;
+
+  try {
+    impl.variant = select_variant(spec, options.cpu_isa);
+  } catch (const Error& e) {
+    throw Error(e.code(), package_path + ": " + e.what());
+  }
+  const Variant& variant = spec.variants[impl.variant];
+  detail::check_host(spec, options);
+  // Extracted (and its library's hash checked) before any ops library or model code is loaded.
+  impl.extracted = detail::extract_variant(*impl.package, variant, options);
+  impl.libraries = detail::load_ops_libraries(spec, impl.from_memory ? "" : package_path, options);
+  detail::check_registered(spec, impl.libraries);
+
+  try {
+    std::lock_guard<std::mutex> lock(g_aoti_mutex);
+    impl.loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
+        impl.extracted->dir, variant.model, /*run_single_threaded=*/false, static_cast<size_t>(options.num_runners),
+        static_cast<c10::DeviceIndex>(options.device_index));
+  } catch (const Error&) {
+    throw;  // ~Impl removes the temporary directory
+  } catch (const std::exception& e) {
+    throw Error(ErrorCode::Package, "AOTInductor cannot load " + package_path + ": " + detail::short_what(e));
+  }
+}
+
+}  // namespace
+
+Runtime Runtime::load(const std::string& package_path, const Options& options) {
+  check_runners(options);
   auto impl = std::make_unique<Impl>();
   impl->package_path = package_path;
   impl->limits = detail::limits_of(options);
@@ -181,47 +221,58 @@ Runtime Runtime::load(const std::string& package_path, const Options& options) {
       if (attempt == 2) throw Error(ErrorCode::Package, package_path + " kept being replaced while it was opened");
     }
   }
-  impl->spec = impl->package->spec();
-  const Spec& spec = impl->spec;
-
-  try {
-    impl->variant = select_variant(spec, options.cpu_isa);
-  } catch (const Error& e) {
-    throw Error(e.code(), package_path + ": " + e.what());
-  }
-  const Variant& variant = spec.variants[impl->variant];
-  detail::check_host(spec, options);
-  // Extracted (and its library's hash checked) before any ops library or model code is loaded.
-  impl->extracted = detail::extract_variant(*impl->package, variant, options);
-  impl->libraries = detail::load_ops_libraries(spec, package_path, options);
-  detail::check_registered(spec, impl->libraries);
-
-  try {
-    std::lock_guard<std::mutex> lock(g_aoti_mutex);
-    impl->loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
-        impl->extracted->dir, variant.model, /*run_single_threaded=*/false, static_cast<size_t>(options.num_runners),
-        static_cast<c10::DeviceIndex>(options.device_index));
-  } catch (const Error&) {
-    throw;  // ~Impl removes the temporary directory
-  } catch (const std::exception& e) {
-    throw Error(ErrorCode::Package, "AOTInductor cannot load " + package_path + ": " + detail::short_what(e));
-  }
+  load_opened(*impl, options);
   if (!options.keep_package_open) impl->package.reset();
   return Runtime(std::move(impl));
 }
 
-std::vector<Tensor> Runtime::run(const std::vector<TensorView>& inputs) const {
-  validate(impl_->spec, inputs);
-  std::vector<at::Tensor> args;
+Runtime Runtime::load_from_memory(const void* bytes, std::size_t size, const Options& options) {
+  check_runners(options);
+  auto impl = std::make_unique<Impl>();
+  impl->package_path = "the package in memory (" + std::to_string(size) + " bytes)";
+  impl->from_memory = true;
+  impl->limits = detail::limits_of(options);
+  impl->package = std::make_unique<detail::Package>(bytes, size, impl->package_path, impl->limits);
+  load_opened(*impl, options);
+  // the caller may free its bytes once this returns: what verify() needs is copied, nothing else is kept
+  if (options.keep_package_open) impl->golden = impl->package->read(impl->spec.golden_record);
+  impl->package.reset();
+  return Runtime(std::move(impl));
+}
+
+namespace {
+
+// The model's outputs as AOTInductor returns them: they may alias the inputs (borrowed into args, which the caller
+// keeps while it looks at the outputs), constants, each other.
+std::vector<at::Tensor> run_model(const Runtime::Impl& impl, const std::vector<TensorView>& inputs,
+                                  std::vector<at::Tensor>& args, bool validated = false) {
+  if (!validated) validate(impl.spec, inputs);
   args.reserve(inputs.size());
   for (const auto& v : inputs) args.push_back(detail::borrow(v));
-  std::vector<at::Tensor> outs;
   try {
     c10::InferenceMode inference;  // inference only: no autograd bookkeeping in the model's fallback ops
-    outs = impl_->loader->run(args);
+    return impl.loader->run(args);
   } catch (const std::exception& e) {
     throw Error(ErrorCode::Runtime, "the model failed: " + detail::short_what(e));
   }
+}
+
+bool overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return a_bytes && b_bytes && x < y + b_bytes && y < x + a_bytes;
+}
+
+size_t bytes_of(const std::vector<int64_t>& shape, DType dtype) {
+  size_t n = dtype_size(dtype);
+  for (auto d : shape) n *= static_cast<size_t>(d);
+  return n;
+}
+
+}  // namespace
+
+std::vector<Tensor> Runtime::run(const std::vector<TensorView>& inputs) const {
+  std::vector<at::Tensor> args;
+  std::vector<at::Tensor> outs = run_model(*impl_, inputs, args);
   std::vector<Tensor> result;
   result.reserve(outs.size());
   for (auto& out : outs) {
@@ -236,6 +287,67 @@ std::vector<Tensor> Runtime::run(const std::vector<TensorView>& inputs) const {
     result.push_back(detail::wrap(std::move(t)));
   }
   return result;
+}
+
+void Runtime::run_into(const std::vector<TensorView>& inputs, const std::vector<OutputView>& outputs) const {
+  const Spec& spec = impl_->spec;
+  validate(spec, inputs);
+  if (outputs.size() != spec.outputs.size()) {
+    throw Error(ErrorCode::Usage, "run_into: expected " + std::to_string(spec.outputs.size()) + " output view" +
+                                      (spec.outputs.size() == 1 ? "" : "s") + ", got " + std::to_string(outputs.size()));
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const OutputView& o = outputs[i];
+    const TensorSpec& s = spec.outputs[i];
+    const std::string who = "run_into: output " + std::to_string(i) + " (" + s.name + ")";
+    if (o.dtype != s.dtype) {
+      throw Error(ErrorCode::Usage, who + ": expected dtype " + dtype_name(s.dtype) + ", got " + dtype_name(o.dtype));
+    }
+    bool shape_ok = o.shape.size() == s.shape.size();
+    for (size_t d = 0; shape_ok && d < s.shape.size(); ++d) shape_ok = o.shape[d] >= 0 && (s.shape[d] == -1 || o.shape[d] == s.shape[d]);
+    if (!shape_ok) {
+      throw Error(ErrorCode::Usage, who + ": expected shape " + dims_str(s) + ", got " + detail::shape_str(o.shape));
+    }
+    detail::check_shape(TensorView{o.data, o.shape, o.dtype}, who.c_str());
+    if (o.device != Device::CPU && o.device != spec.device) {
+      throw Error(ErrorCode::Usage, who + ": a " + device_name(o.device) + " buffer; expected a cpu or " +
+                                        device_name(spec.device) + " one");
+    }
+    const size_t bytes = bytes_of(o.shape, o.dtype);
+    if (o.data == nullptr && bytes != 0) throw Error(ErrorCode::Usage, who + ": data is null");
+    for (size_t j = 0; j < i; ++j) {
+      if (overlap(o.data, bytes, outputs[j].data, bytes_of(outputs[j].shape, outputs[j].dtype))) {
+        throw Error(ErrorCode::Usage, who + ": its buffer overlaps output " + std::to_string(j) + "'s");
+      }
+    }
+    for (size_t j = 0; j < inputs.size(); ++j) {
+      const TensorView& in = inputs[j];
+      if (in.device == o.device && overlap(o.data, bytes, in.data, bytes_of(in.shape, in.dtype))) {
+        throw Error(ErrorCode::Usage, who + ": its buffer overlaps input " + std::to_string(j) + "'s");
+      }
+    }
+  }
+  std::vector<at::Tensor> args;
+  const std::vector<at::Tensor> outs = run_model(*impl_, inputs, args, /*validated=*/true);
+  if (outs.size() != outputs.size()) {
+    throw Error(ErrorCode::Runtime, "the model returned " + std::to_string(outs.size()) + " outputs, its spec names " +
+                                        std::to_string(outputs.size()));
+  }
+  for (size_t i = 0; i < outs.size(); ++i) {
+    if (outs[i].sizes() != at::IntArrayRef(outputs[i].shape)) {
+      throw Error(ErrorCode::Usage, "run_into: output " + std::to_string(i) + " (" + spec.outputs[i].name + ") is " +
+                                        detail::shape_str(outs[i].sizes().vec()) + " for these inputs, the view is " +
+                                        detail::shape_str(outputs[i].shape) + "; nothing was written");
+    }
+  }
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const OutputView& o = outputs[i];
+    if (outs[i].numel() == 0) continue;
+    const auto device = o.device == Device::CUDA ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(o.device_index))
+                                                 : c10::Device(c10::kCPU);
+    at::Tensor target = at::from_blob(o.data, o.shape, at::TensorOptions().dtype(detail::to_scalar_type(o.dtype)).device(device));
+    target.copy_(outs[i]);
+  }
 }
 
 const Spec& Runtime::spec() const { return impl_->spec; }
@@ -257,6 +369,13 @@ namespace {
 // still is that file.
 detail::Golden golden_of(const Runtime::Impl& impl) {
   if (impl.package) return read_golden(*impl.package, impl.spec);
+  if (impl.from_memory) {
+    if (impl.golden.empty()) {
+      throw Error(ErrorCode::Package, impl.package_path + " was loaded with keep_package_open off: its golden cases "
+                                                          "were not kept");
+    }
+    return detail::parse_golden(impl.golden, impl.package_path);
+  }
   const std::string& path = impl.package_path;
   const auto changed = [&] {
     return Error(ErrorCode::Package, path + " is not the file that was loaded (replaced, or changed since); load it "
@@ -325,7 +444,7 @@ VerifyReport Runtime::verify() const {
     if (!r.passed) r.reason = "expected " + std::to_string(expected.size()) + " outputs, got " + std::to_string(actual.size());
     for (size_t o = 0; r.passed && o < expected.size(); ++o) {
       const at::Tensor& e = expected[o];
-      const at::Tensor& a = actual[o].impl()->t;
+      const at::Tensor& a = detail::TensorAccess::aten(actual[o]);
       if (a.sizes() != e.sizes() || a.scalar_type() != e.scalar_type()) {
         r.passed = false;
         r.reason = "output " + std::to_string(o) + ": expected " + c10::toString(e.scalar_type()) + " " +

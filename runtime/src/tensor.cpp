@@ -60,11 +60,7 @@ std::optional<DType> from_scalar_type(at::ScalarType t) {
 Tensor wrap(at::Tensor t) {
   auto dtype = from_scalar_type(t.scalar_type());
   if (!dtype) throw Error(ErrorCode::Runtime, std::string("unsupported tensor dtype ") + c10::toString(t.scalar_type()));
-  auto impl = std::make_shared<Tensor::Impl>();
-  impl->t = t.contiguous();
-  impl->shape = impl->t.sizes().vec();
-  impl->dtype = *dtype;
-  return Tensor(std::move(impl));
+  return TensorAccess::make(t.contiguous(), *dtype);
 }
 
 void check_shape(const TensorView& view, const char* who) {
@@ -159,12 +155,12 @@ std::vector<Tensor> load_tensors(const std::string& path, std::size_t max_bytes)
 void save_tensors(const std::string& path, const std::vector<Tensor>& tensors) {
   c10::IValue value;
   if (tensors.size() == 1) {
-    value = tensors[0].impl()->t;
+    value = detail::TensorAccess::aten(tensors[0]);
   } else {
     // A tuple: the pickler writes a list through torch.jit._pickle (build_tensorlist, restore_type_tag), which
     // torch.load refuses by default (weights_only=True).
     std::vector<c10::IValue> items;
-    for (const auto& t : tensors) items.emplace_back(t.impl()->t);
+    for (const auto& t : tensors) items.emplace_back(detail::TensorAccess::aten(t));
     value = c10::ivalue::Tuple::create(std::move(items));
   }
   std::vector<char> bytes;

@@ -11,9 +11,11 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -270,6 +272,102 @@ TEST(Loading, WithoutKeepPackageOpenNoFileIsHeldAndAReplacedPackageIsNotVerified
     EXPECT_EQ(closed.run({pt2rt::TensorView{x.data(), {1, 3, 32, 32}, pt2rt::DType::Float32}}).size(), 1u);
   }
   EXPECT_EQ(open_descriptors_of(path), 0);  // the path is another file now; kept holds the one it loaded
+}
+
+std::vector<char> bytes_of(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::vector<char>(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+TEST(Loading, FromMemoryAsFromAFileWithNothingLeftBehind) {
+  // A game's asset or a download: the bytes are freed right after the load, no package file exists.
+  PrivateTmpdir tmp;
+  const std::vector<float> x(2 * 3 * 32 * 32, 0.25f);
+  const pt2rt::TensorView in{x.data(), {2, 3, 32, 32}, pt2rt::DType::Float32};
+  std::string isa;
+  std::vector<pt2rt::Tensor> expected;
+  {
+    const pt2rt::Runtime from_file = pt2rt::Runtime::load(kNet, with_ops());
+    expected = from_file.run({in});
+    isa = from_file.variant().isa;
+  }
+  {
+    auto bytes = std::make_unique<std::vector<char>>(bytes_of(kNet));
+    pt2rt::Options o = with_ops();
+    o.cpu_isa = isa;
+    o.num_runners = 2;
+    const pt2rt::Runtime rt = pt2rt::Runtime::load_from_memory(bytes->data(), bytes->size(), o);
+    std::fill(bytes->begin(), bytes->end(), 0);
+    bytes.reset();
+    EXPECT_EQ(rt.spec().model, "net_dynamic");
+    EXPECT_EQ(rt.variant().isa, isa);
+    const std::vector<pt2rt::Tensor> got = rt.run({in});
+    ASSERT_EQ(got.size(), 1u);
+    ASSERT_EQ(got[0].nbytes(), expected[0].nbytes());
+    EXPECT_EQ(std::memcmp(got[0].data(), expected[0].data(), got[0].nbytes()), 0);
+    EXPECT_TRUE(rt.verify().passed());  // the golden cases were kept
+    EXPECT_EQ(rt.example_inputs().size(), 1u);
+    EXPECT_EQ(extractions(tmp.dir()).size(), 1u);
+  }
+  // keep_package_open off: nothing but the model is kept, verify() says why it cannot
+  {
+    const std::vector<char> bytes = bytes_of(kNet);
+    pt2rt::Options o = with_ops();
+    o.keep_package_open = false;
+    const pt2rt::Runtime rt = pt2rt::Runtime::load_from_memory(bytes.data(), bytes.size(), o);
+    try {
+      rt.verify();
+      ADD_FAILURE() << "verify() without golden cases";
+    } catch (const pt2rt::Error& e) {
+      EXPECT_EQ(e.code(), pt2rt::ErrorCode::Package);
+      EXPECT_NE(std::string(e.what()).find("loaded with keep_package_open off: its golden cases were not kept"),
+                std::string::npos) << e.what();
+    }
+  }
+  EXPECT_TRUE(entries(tmp.dir()).empty());
+  // the same checks as a file: damaged, hostile and empty packages are refused, nothing is written
+  for (const char* bad : {"truncated.pt2", "damaged_lib.pt2", "zip_slip.pt2", "random.pt2", "library_path.pt2"}) {
+    const std::vector<char> bytes = bytes_of(kPackages + "/bad/" + bad);
+    try {
+      pt2rt::Runtime::load_from_memory(bytes.data(), bytes.size(), with_ops());
+      ADD_FAILURE() << bad << " was loaded from memory";
+    } catch (const pt2rt::Error& e) {
+      EXPECT_EQ(e.code(), pt2rt::ErrorCode::Package) << bad << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find("the package in memory ("), std::string::npos) << bad << ": " << e.what();
+    }
+    EXPECT_TRUE(entries(tmp.dir()).empty()) << bad;
+  }
+  const char none = 0;
+  EXPECT_THROW(pt2rt::Runtime::load_from_memory(&none, 0, with_ops()), pt2rt::Error);
+  try {
+    pt2rt::Runtime::load_from_memory(nullptr, 100, with_ops());
+    ADD_FAILURE() << "NULL bytes were read";
+  } catch (const pt2rt::Error& e) {
+    EXPECT_EQ(e.code(), pt2rt::ErrorCode::Usage) << e.what();
+  }
+}
+
+TEST(Loading, ConcurrentLoadsFromMemory) {
+  PrivateTmpdir tmp;
+  const std::vector<char> net = bytes_of(kNet), op = bytes_of(kOp), bad = bytes_of(kPackages + "/bad/damaged_lib.pt2");
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 6; ++i) {
+        const std::vector<char>& bytes = (t + i) % 3 == 0 ? net : (t + i) % 3 == 1 ? op : bad;
+        try {
+          const pt2rt::Runtime rt = pt2rt::Runtime::load_from_memory(bytes.data(), bytes.size(), with_ops());
+          if (&bytes == &bad || !rt.verify().passed()) ++failures;
+        } catch (const pt2rt::Error& e) {
+          if (&bytes != &bad || e.code() != pt2rt::ErrorCode::Package) ++failures;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_TRUE(entries(tmp.dir()).empty());
 }
 
 TEST(Loading, ZipSlipWritesNothingOutsideTheRuntimesDirectory) {

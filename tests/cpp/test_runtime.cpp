@@ -162,6 +162,63 @@ TEST(Runtime, OutputsAreOwnedWhateverTheModelReturns) {
   EXPECT_TRUE(rt.verify().passed());
 }
 
+// run_into writes into the caller's buffers what run returns, aliasing outputs included, and refuses views that do
+// not fit with nothing written.
+TEST(Runtime, RunIntoWritesWhatRunReturnsIntoTheCallersBuffers) {
+  const pt2rt::Runtime rt = pt2rt::Runtime::load(kPackages + "/aliasing.pt2", with_ops());
+  std::vector<float> x(3 * 3 * 4);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i) - 7.5f;
+  const pt2rt::TensorView in{x.data(), {3, 3, 4}, pt2rt::DType::Float32};
+  const std::vector<pt2rt::Tensor> expected = rt.run({in});
+  std::vector<float> o0(36, -99), o1(6, -99), o2(36, -99), o3(36, -99);
+  const auto views = [&](std::vector<int64_t> s0) {
+    return std::vector<pt2rt::OutputView>{{o0.data(), std::move(s0), pt2rt::DType::Float32},
+                                          {o1.data(), {2, 3}, pt2rt::DType::Float32},
+                                          {o2.data(), {3, 3, 4}, pt2rt::DType::Float32},
+                                          {o3.data(), {3, 3, 4}, pt2rt::DType::Float32}};
+  };
+  rt.run_into({in}, views({3, 12}));
+  const std::vector<std::vector<float>*> got = {&o0, &o1, &o2, &o3};
+  for (size_t i = 0; i < 4; ++i) {
+    const auto* e = static_cast<const float*>(expected[i].data());
+    EXPECT_EQ(*got[i], std::vector<float>(e, e + expected[i].numel())) << "output " << i;
+  }
+  // refused before running: count, dtype, rank, static dim, null buffer, overlaps
+  const auto refused = [&](std::vector<pt2rt::OutputView> v, const std::string& what) {
+    const auto [code, message] = error_of([&] { rt.run_into({in}, v); });
+    EXPECT_EQ(code, pt2rt::ErrorCode::Usage) << message;
+    EXPECT_NE(message.find(what), std::string::npos) << message;
+  };
+  std::fill(o0.begin(), o0.end(), -99.0f);
+  auto v = views({3, 12});
+  v.pop_back();
+  refused(v, "expected 4 output views, got 3");
+  v = views({3, 12});
+  v[1].dtype = pt2rt::DType::Float64;
+  refused(v, "output 1 (" + rt.spec().outputs[1].name + "): expected dtype float32, got float64");
+  refused(views({3, 3, 4}), "output 0 (" + rt.spec().outputs[0].name + "): expected shape");
+  v = views({3, 12});
+  v[1].shape = {3, 2};
+  refused(v, "expected shape [2, 3], got [3, 2]");
+  v = views({3, 12});
+  v[2].data = nullptr;
+  refused(v, "output 2 (" + rt.spec().outputs[2].name + "): data is null");
+  v = views({3, 12});
+  v[3].data = o2.data() + 4;
+  refused(v, "its buffer overlaps output 2's");
+  v = views({3, 12});
+  v[2].data = x.data();
+  refused(v, "its buffer overlaps input 0's");
+  // a dynamic dim known only after the run: refused, nothing written
+  refused(views({2, 12}), "is [3, 12] for these inputs, the view is [2, 12]; nothing was written");
+  EXPECT_EQ(o0, std::vector<float>(36, -99.0f));
+  // bad inputs stay input errors
+  const std::vector<float> small(4);
+  EXPECT_EQ(error_of([&] { rt.run_into({pt2rt::TensorView{small.data(), {1, 4}, pt2rt::DType::Float32}}, views({3, 12})); })
+                .first,
+            pt2rt::ErrorCode::Input);
+}
+
 TEST(Runtime, SpecDescribesThePackage) {
   const pt2rt::Spec spec = pt2rt::Runtime::read_spec(kNet);
   EXPECT_EQ(spec.format, "pt2rt-spec/2");

@@ -6,6 +6,18 @@
 //   opts.num_runners = 2;
 //   pt2rt::Runtime rt = pt2rt::Runtime::load("model.pt2", opts);
 //   std::vector<pt2rt::Tensor> out = rt.run({pt2rt::TensorView{ptr, {1, 3, 224, 224}, pt2rt::DType::Float32}});
+//
+// Ownership: a TensorView / OutputView borrows the caller's memory for the duration of one call, nothing keeps it
+// afterwards. A Tensor owns its memory (shared by its copies); run() hands out storage nothing else holds, whatever
+// the model returns. Load bytes (load_from_memory) are read during the call only.
+// Threads: Runtime::load and load_from_memory may run concurrently (also for the same package); one Runtime's
+// run(), run_into(), verify(), example_inputs() and accessors may be called from many threads at once. Moving or
+// destroying a Runtime while another thread uses it is the caller's error. A Tensor may be read from any thread;
+// writing through mutable_data() while another thread reads that storage is the caller's race. set_num_threads
+// and keep_freed_memory are process-wide: call them before starting threads that run models.
+// Errors: failures throw pt2rt::Error, whose code() is the class of failure (ErrorCode below) and whose what() is
+// one line naming what was wrong and what was expected (std::bad_alloc when memory runs out). Accessors (spec(),
+// variant(), ops_libraries(), Tensor's getters) do not throw.
 #pragma once
 
 #include <cstddef>
@@ -62,7 +74,22 @@ struct TensorView {
   int device_index = 0;
 };
 
-// Owned memory: an output of run(), or a tensor read from a file. Cheap to copy (shared storage).
+// Memory of the caller that run_into() writes an output into: dense, contiguous, row-major, of the output's shape
+// and dtype. The caller keeps `data` alive during run_into().
+struct OutputView {
+  void* data = nullptr;
+  std::vector<int64_t> shape;
+  DType dtype = DType::Float32;
+  Device device = Device::CPU;
+  int device_index = 0;
+};
+
+namespace detail {
+struct TensorAccess;
+}
+
+// Owned memory: an output of run(), or a tensor read from a file. Copies of a Tensor share its storage (a copy is
+// cheap): what mutable_data() writes, every copy sees. run() never hands out storage that anything else holds.
 class PT2RT_API Tensor {
  public:
   Tensor();
@@ -83,11 +110,11 @@ class PT2RT_API Tensor {
   // is a GPU this build or host does not have.
   Tensor to(Device device, int device_index = 0) const;
 
-  struct Impl;
-  explicit Tensor(std::shared_ptr<Impl> impl);
-  const std::shared_ptr<Impl>& impl() const { return impl_; }
 
  private:
+  friend struct detail::TensorAccess;
+  struct Impl;
+  explicit Tensor(std::shared_ptr<Impl> impl);
   std::shared_ptr<Impl> impl_;
 };
 
@@ -186,8 +213,8 @@ struct Options {
   std::uint64_t max_record_bytes = std::uint64_t{4} << 30;
   std::uint64_t max_metadata_bytes = std::uint64_t{16} << 20;
   std::uint64_t max_extracted_bytes = std::uint64_t{16} << 30;
-  // The CPU variant to load ("avx2", ...). Empty: $PT2RT_CPU_ISA if set, else the most specialised variant this
-  // CPU runs. A variant the package lacks or this CPU cannot run is an Error(Package).
+  // The CPU variant to load ("avx2", ...). Empty: the most specialised variant this CPU runs. (The library reads
+  // no environment variable; pt2run and pt2serve pass $PT2RT_CPU_ISA here.) A variant the package lacks or this CPU cannot run is an Error(Package).
   std::string cpu_isa;
   // CUDA device for CUDA packages; -1: the current device.
   int device_index = -1;
@@ -221,6 +248,13 @@ class PT2RT_API Runtime {
  public:
   // Reads the spec, loads and checks the ops libraries, checks the package against this host, loads the model.
   static Runtime load(const std::string& package_path, const Options& options = {});
+  // The same from a package in memory (read from an archive, fetched from a store): validated as a file is, no
+  // package file needed. The bytes are only read during the call and may be freed once it returns. The model's
+  // own files go to a private directory (mode 0700, under $TMPDIR) that the last Runtime using them removes:
+  // AOTInductor loads a model from a folder. Messages name the package "the package in memory (N bytes)";
+  // Options::ops_from_package_dir has no folder to look in. keep_package_open keeps the golden cases (a copy of
+  // that record only) for verify() and example_inputs(); off, they throw Error(Package).
+  static Runtime load_from_memory(const void* bytes, std::size_t size, const Options& options = {});
   // Only the spec, loading nothing.
   static Spec read_spec(const std::string& package_path);
 
@@ -230,6 +264,12 @@ class PT2RT_API Runtime {
 
   // Validated against the spec, then run. Safe to call from many threads at once.
   std::vector<Tensor> run(const std::vector<TensorView>& inputs) const;
+  // Runs like run() and writes output i into outputs[i] instead of returning new tensors (a game loop's buffers,
+  // reused every frame). Error(Usage), with nothing written, when the number of views, a view's dtype or rank, a
+  // static dim, a missing buffer or a device differs from what the package returns, or when a buffer overlaps an
+  // input or another output; when a dynamic dim turns out to differ after the run, Error(Usage) naming both shapes
+  // and nothing written either. A view may be on the CPU or on the package's device. Thread-safe like run().
+  void run_into(const std::vector<TensorView>& inputs, const std::vector<OutputView>& outputs) const;
   const Spec& spec() const;
   // Runs the package's golden cases here.
   VerifyReport verify() const;
