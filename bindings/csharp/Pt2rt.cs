@@ -6,6 +6,10 @@
 //   using (var rt = Pt2rt.Runtime.Load("model.pt2"))
 //   using (var outputs = rt.Run(new Pt2rt.Input(pixels, new long[] {1, 3, 224, 224})))
 //       float[] logits = outputs[0].ToArray<float>();
+//
+// A game loop: the package from an asset's bytes, outputs written into arrays it reuses every frame.
+//   var rt = Pt2rt.Runtime.LoadFromMemory(asset.bytes, new Pt2rt.Options { NumRunners = 2 });
+//   rt.RunInto(new[] { new Pt2rt.Input(pixels, inShape) }, new[] { new Pt2rt.Output(logits, outShape) });
 using System;
 using System.Runtime.InteropServices;
 
@@ -24,10 +28,32 @@ namespace Pt2rt
     internal static class Native
     {
         const string Lib = "pt2rt";
-        public const uint CApiVersion = 1;  // PT2RT_C_API_VERSION this file was written for
+        public const uint CApiVersion = 2;  // PT2RT_C_API_VERSION this file was written for
 
         [StructLayout(LayoutKind.Sequential)]
         public struct TensorView { public IntPtr Data; public IntPtr Shape; public UIntPtr NDim; public int DType; }
+
+        [DllImport(Lib)] public static extern int pt2rt_options_create(out OptionsHandle options);
+        [DllImport(Lib)] public static extern void pt2rt_options_free(IntPtr options);
+        [DllImport(Lib)] public static extern int pt2rt_options_set_cpu_isa(OptionsHandle options,
+            [MarshalAs(UnmanagedType.LPUTF8Str)] string isa);
+        [DllImport(Lib)] public static extern int pt2rt_options_set_num_runners(OptionsHandle options, int numRunners);
+        [DllImport(Lib)] public static extern int pt2rt_options_add_ops_library(OptionsHandle options,
+            [MarshalAs(UnmanagedType.LPUTF8Str)] string path);
+        [DllImport(Lib)] public static extern int pt2rt_options_set_ops_from_package_dir(OptionsHandle options, int enabled);
+        [DllImport(Lib)] public static extern int pt2rt_options_set_check_torch_version(OptionsHandle options, int enabled);
+        [DllImport(Lib)] public static extern int pt2rt_options_set_check_sha256(OptionsHandle options, int enabled);
+        [DllImport(Lib)] public static extern int pt2rt_options_set_keep_package_open(OptionsHandle options, int enabled);
+        [DllImport(Lib)] public static extern int pt2rt_options_set_device_index(OptionsHandle options, int deviceIndex);
+        [DllImport(Lib)] public static extern int pt2rt_options_set_max_record_bytes(OptionsHandle options, ulong bytes);
+        [DllImport(Lib)] public static extern int pt2rt_options_set_max_metadata_bytes(OptionsHandle options, ulong bytes);
+        [DllImport(Lib)] public static extern int pt2rt_options_set_max_extracted_bytes(OptionsHandle options, ulong bytes);
+        [DllImport(Lib)] public static extern int pt2rt_load_with_options(
+            [MarshalAs(UnmanagedType.LPUTF8Str)] string packagePath, OptionsHandle options, out RuntimeHandle runtime);
+        [DllImport(Lib)] public static extern int pt2rt_load_from_memory(byte[] bytes, UIntPtr size, OptionsHandle options,
+            out RuntimeHandle runtime);
+        [DllImport(Lib)] public static extern int pt2rt_run_into(RuntimeHandle runtime, TensorView[] inputs,
+            UIntPtr nInputs, TensorView[] outputs, UIntPtr nOutputs);
 
         [DllImport(Lib)] public static extern IntPtr pt2rt_last_error();
         [DllImport(Lib)] public static extern IntPtr pt2rt_version();
@@ -74,6 +100,60 @@ namespace Pt2rt
         protected override bool ReleaseHandle() { Native.pt2rt_runtime_free(handle); return true; }
     }
 
+    public sealed class OptionsHandle : SafeHandle
+    {
+        public OptionsHandle() : base(IntPtr.Zero, true) { }
+        public override bool IsInvalid { get { return handle == IntPtr.Zero; } }
+        protected override bool ReleaseHandle() { Native.pt2rt_options_free(handle); return true; }
+    }
+
+    /// <summary>How to load a package (the C API's pt2rt_options); a new Options holds the library's defaults.</summary>
+    public sealed class Options
+    {
+        /// <summary>The CPU variant to load ("avx2", ...); null: the best this CPU runs.</summary>
+        public string CpuIsa;
+        /// <summary>Model instances for concurrent runs, 1..1024.</summary>
+        public int NumRunners = 1;
+        /// <summary>Ops libraries to load first; null or empty: the ones the spec names.</summary>
+        public string[] OpsLibraries;
+        public bool OpsFromPackageDir = false;
+        public bool CheckTorchVersion = true;
+        public bool CheckSha256 = true;
+        /// <summary>Keep the package file (from memory: its golden cases) for the runtime's life.</summary>
+        public bool KeepPackageOpen = true;
+        /// <summary>CUDA packages: the device; -1: the current one.</summary>
+        public int DeviceIndex = -1;
+        /// <summary>Bounds on what a package may make a load read (0: the library's).</summary>
+        public ulong MaxRecordBytes, MaxMetadataBytes, MaxExtractedBytes;
+
+        internal OptionsHandle ToNative()
+        {
+            Native.Check(Native.pt2rt_check_c_api_version(Native.CApiVersion));
+            OptionsHandle h;
+            Native.Check(Native.pt2rt_options_create(out h));
+            try
+            {
+                if (CpuIsa != null) Native.Check(Native.pt2rt_options_set_cpu_isa(h, CpuIsa));
+                Native.Check(Native.pt2rt_options_set_num_runners(h, NumRunners));
+                foreach (var lib in OpsLibraries ?? new string[0]) Native.Check(Native.pt2rt_options_add_ops_library(h, lib));
+                Native.Check(Native.pt2rt_options_set_ops_from_package_dir(h, OpsFromPackageDir ? 1 : 0));
+                Native.Check(Native.pt2rt_options_set_check_torch_version(h, CheckTorchVersion ? 1 : 0));
+                Native.Check(Native.pt2rt_options_set_check_sha256(h, CheckSha256 ? 1 : 0));
+                Native.Check(Native.pt2rt_options_set_keep_package_open(h, KeepPackageOpen ? 1 : 0));
+                Native.Check(Native.pt2rt_options_set_device_index(h, DeviceIndex));
+                if (MaxRecordBytes != 0) Native.Check(Native.pt2rt_options_set_max_record_bytes(h, MaxRecordBytes));
+                if (MaxMetadataBytes != 0) Native.Check(Native.pt2rt_options_set_max_metadata_bytes(h, MaxMetadataBytes));
+                if (MaxExtractedBytes != 0) Native.Check(Native.pt2rt_options_set_max_extracted_bytes(h, MaxExtractedBytes));
+                return h;
+            }
+            catch
+            {
+                h.Dispose();
+                throw;
+            }
+        }
+    }
+
     public sealed class TensorHandle : SafeHandle
     {
         public TensorHandle(IntPtr p) : base(IntPtr.Zero, true) { SetHandle(p); }
@@ -100,6 +180,18 @@ namespace Pt2rt
 
         public Input(float[] data, long[] shape) { Data = data; Shape = shape; DType = DType.Float32; }
         public Input(Array data, long[] shape, DType dtype) { Data = data; Shape = shape; DType = dtype; }
+    }
+
+    /// <summary>An array of the caller that RunInto writes an output into (dense, row-major, the output's shape;
+    /// element types as for Input).</summary>
+    public struct Output
+    {
+        public Array Data;
+        public long[] Shape;
+        public DType DType;
+
+        public Output(float[] data, long[] shape) { Data = data; Shape = shape; DType = DType.Float32; }
+        public Output(Array data, long[] shape, DType dtype) { Data = data; Shape = shape; DType = dtype; }
     }
 
     /// <summary>An output, in host memory, owned until Dispose.</summary>
@@ -183,6 +275,42 @@ namespace Pt2rt
             }
         }
 
+        /// <summary>Loads a package with options (null: the defaults).</summary>
+        public static Runtime Load(string packagePath, Options options)
+        {
+            using (var o = (options ?? new Options()).ToNative())
+            {
+                RuntimeHandle h;
+                int status = Native.pt2rt_load_with_options(packagePath, o, out h);
+                if (status != 0) { h.Dispose(); Native.Check(status); }
+                return new Runtime(h);
+            }
+        }
+
+        /// <summary>Loads a package from its bytes (an asset, a download); the array may be reused once this
+        /// returns.</summary>
+        public static Runtime LoadFromMemory(byte[] bytes, Options options = null)
+        {
+            if (bytes == null) throw new ArgumentNullException("bytes", "the package's bytes are null");
+            using (var o = (options ?? new Options()).ToNative())
+            {
+                RuntimeHandle h;
+                int status = Native.pt2rt_load_from_memory(bytes, (UIntPtr)bytes.Length, o, out h);
+                if (status != 0) { h.Dispose(); Native.Check(status); }
+                return new Runtime(h);
+            }
+        }
+
+        // Pins an array and its shape as a view; the pins are freed by the caller.
+        static Native.TensorView Pin(Array data, long[] shape, DType dtype, string who, GCHandle[] pins, int at)
+        {
+            if (data == null || shape == null) throw new ArgumentNullException(who, "needs Data and Shape");
+            pins[at] = GCHandle.Alloc(data, GCHandleType.Pinned);
+            pins[at + 1] = GCHandle.Alloc(shape, GCHandleType.Pinned);
+            return new Native.TensorView { Data = pins[at].AddrOfPinnedObject(), Shape = pins[at + 1].AddrOfPinnedObject(),
+                                           NDim = (UIntPtr)shape.Length, DType = (int)dtype };
+        }
+
         /// <summary>Validates the inputs against the spec and runs the model.</summary>
         public Outputs Run(params Input[] inputs)
         {
@@ -191,22 +319,45 @@ namespace Pt2rt
             try
             {
                 for (int i = 0; i < inputs.Length; ++i)
-                {
-                    if (inputs[i].Data == null || inputs[i].Shape == null)
-                        throw new ArgumentNullException("inputs[" + i + "]", "an input needs Data and Shape");
-                    pins[2 * i] = GCHandle.Alloc(inputs[i].Data, GCHandleType.Pinned);
-                    pins[2 * i + 1] = GCHandle.Alloc(inputs[i].Shape, GCHandleType.Pinned);
-                    views[i].Data = pins[2 * i].AddrOfPinnedObject();
-                    views[i].Shape = pins[2 * i + 1].AddrOfPinnedObject();
-                    views[i].NDim = (UIntPtr)inputs[i].Shape.Length;
-                    views[i].DType = (int)inputs[i].DType;
-                }
+                    views[i] = Pin(inputs[i].Data, inputs[i].Shape, inputs[i].DType, "inputs[" + i + "]", pins, 2 * i);
                 var raw = new IntPtr[Outputs.Length];
                 UIntPtr n;
                 Native.Check(Native.pt2rt_run(handle, views, (UIntPtr)views.Length, raw, (UIntPtr)raw.Length, out n));
                 var tensors = new Tensor[(int)n];
                 for (int i = 0; i < tensors.Length; ++i) tensors[i] = new Tensor(raw[i]);
                 return new Outputs(tensors);
+            }
+            finally
+            {
+                foreach (var p in pins) if (p.IsAllocated) p.Free();
+            }
+        }
+
+        /// <summary>Runs the model and writes output i into outputs[i] (arrays reused across runs); a
+        /// Pt2rtException (Usage), with nothing written, when an array does not fit its output.</summary>
+        public void RunInto(Input[] inputs, Output[] outputs)
+        {
+            if (inputs == null || outputs == null) throw new ArgumentNullException(inputs == null ? "inputs" : "outputs");
+            var pins = new GCHandle[(inputs.Length + outputs.Length) * 2];
+            var ins = new Native.TensorView[inputs.Length];
+            var outs = new Native.TensorView[outputs.Length];
+            try
+            {
+                for (int i = 0; i < inputs.Length; ++i)
+                    ins[i] = Pin(inputs[i].Data, inputs[i].Shape, inputs[i].DType, "inputs[" + i + "]", pins, 2 * i);
+                for (int i = 0; i < outputs.Length; ++i)
+                {
+                    var o = outputs[i];
+                    if (o.Data == null || o.Shape == null) throw new ArgumentNullException("outputs[" + i + "]", "needs Data and Shape");
+                    ulong need = (ulong)Native.pt2rt_dtype_size((int)o.DType);
+                    foreach (var d in o.Shape) need = d < 0 ? ulong.MaxValue : need * (ulong)d;
+                    if (need != (ulong)Buffer.ByteLength(o.Data))
+                        throw new Pt2rtException(Status.Usage, "outputs[" + i + "]: shape [" + string.Join(", ", o.Shape) +
+                                                 "] of " + o.DType + " needs " + need + " bytes, the array has " +
+                                                 Buffer.ByteLength(o.Data));
+                    outs[i] = Pin(o.Data, o.Shape, o.DType, "outputs[" + i + "]", pins, 2 * (inputs.Length + i));
+                }
+                Native.Check(Native.pt2rt_run_into(handle, ins, (UIntPtr)ins.Length, outs, (UIntPtr)outs.Length));
             }
             finally
             {

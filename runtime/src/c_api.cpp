@@ -3,6 +3,7 @@
 
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <new>
 #include <string>
 #include <type_traits>
@@ -17,6 +18,10 @@ struct pt2rt_runtime {
 
 struct pt2rt_tensor {
   pt2rt::Tensor tensor;
+};
+
+struct pt2rt_options {
+  pt2rt::Options options;
 };
 
 namespace {
@@ -107,6 +112,67 @@ pt2rt_status tensor_spec(const pt2rt_runtime* rt, size_t index, bool input, cons
   return PT2RT_OK;
 }
 
+// The caller's input views as the C++ API takes them; CUDA packages get copies on the GPU, kept in on_device.
+pt2rt_status input_views(const char* function, const pt2rt_runtime* runtime, const pt2rt_tensor_view* inputs,
+                         size_t n_inputs, std::vector<pt2rt::TensorView>& views, std::vector<pt2rt::Tensor>& on_device) {
+  if (n_inputs > 0 && inputs == nullptr)
+    return fail(PT2RT_ERROR_USAGE, std::string(function) + ": inputs is NULL but n_inputs is " + std::to_string(n_inputs));
+  const bool cuda = runtime->runtime.spec().device == pt2rt::Device::CUDA;
+  views.reserve(n_inputs);
+  for (size_t i = 0; i < n_inputs; ++i) {
+    const pt2rt_tensor_view& v = inputs[i];
+    const std::string who = std::string(function) + ": inputs[" + std::to_string(i) + "]";
+    if (v.ndim > 0 && v.shape == nullptr)
+      return fail(PT2RT_ERROR_USAGE, who + ".shape is NULL but ndim is " + std::to_string(v.ndim));
+    if (!valid(v.dtype))
+      return fail(PT2RT_ERROR_USAGE, who + ".dtype is " + std::to_string(raw_value(v.dtype)) + ", not a pt2rt_dtype");
+    pt2rt::TensorView view{v.data, std::vector<int64_t>(v.shape, v.shape + v.ndim), kDTypes[raw_value(v.dtype)]};
+    if (cuda) {
+      on_device.push_back(pt2rt::Tensor::copy_of(view).to(pt2rt::Device::CUDA));
+      view = on_device.back().view();
+    }
+    views.push_back(std::move(view));
+  }
+  return PT2RT_OK;
+}
+
+pt2rt_status load(const char* function, pt2rt_runtime** out, const pt2rt_options* options,
+                  const std::function<pt2rt::Runtime(const pt2rt::Options&)>& body) {
+  return guarded(function, [&] {
+    if (out == nullptr) return fail(PT2RT_ERROR_USAGE, std::string(function) + ": out is NULL (expected a pt2rt_runtime**)");
+    *out = nullptr;
+    *out = new pt2rt_runtime{body(options ? options->options : pt2rt::Options{})};
+    return PT2RT_OK;
+  });
+}
+
+// A setter of pt2rt_options: NULL options is a usage error; `body` returns the status.
+template <typename F>
+pt2rt_status set_option(const char* function, pt2rt_options* options, F&& body) {
+  return guarded(function, [&] {
+    if (options == nullptr) return fail(PT2RT_ERROR_USAGE, std::string(function) + ": options is NULL");
+    return body(options->options);
+  });
+}
+
+pt2rt_status set_flag(const char* function, pt2rt_options* options, bool pt2rt::Options::*field, int enabled) {
+  return set_option(function, options, [&](pt2rt::Options& o) {
+    if (enabled != 0 && enabled != 1)
+      return fail(PT2RT_ERROR_USAGE, std::string(function) + ": enabled is " + std::to_string(enabled) + ", expected 0 or 1");
+    o.*field = enabled == 1;
+    return PT2RT_OK;
+  });
+}
+
+pt2rt_status set_bytes(const char* function, pt2rt_options* options, std::uint64_t pt2rt::Options::*field,
+                       uint64_t bytes) {
+  return set_option(function, options, [&](pt2rt::Options& o) {
+    if (bytes == 0) return fail(PT2RT_ERROR_USAGE, std::string(function) + ": bytes is 0, expected at least 1");
+    o.*field = bytes;
+    return PT2RT_OK;
+  });
+}
+
 }  // namespace
 
 extern "C" {
@@ -131,10 +197,10 @@ const char* pt2rt_version(void) { return pt2rt::version(); }
 uint32_t pt2rt_c_api_version(void) { return PT2RT_C_API_VERSION; }
 
 pt2rt_status pt2rt_check_c_api_version(uint32_t header_version) {
-  if (header_version == PT2RT_C_API_VERSION) return PT2RT_OK;
+  if (header_version >= 1 && header_version <= PT2RT_C_API_VERSION) return PT2RT_OK;
   return fail(PT2RT_ERROR_USAGE, "pt2rt_check_c_api_version: the program was built for C API version " +
                                      std::to_string(header_version) + ", this libpt2rt.so (" + pt2rt::version() +
-                                     ") speaks version " + std::to_string(PT2RT_C_API_VERSION));
+                                     ") speaks versions 1 to " + std::to_string(PT2RT_C_API_VERSION));
 }
 
 const char* pt2rt_dtype_name(pt2rt_dtype dtype) {
@@ -169,14 +235,100 @@ pt2rt_status pt2rt_load(const char* package_path, const char* const* ops_librari
 
 void pt2rt_runtime_free(pt2rt_runtime* runtime) { delete runtime; }
 
+pt2rt_status pt2rt_options_create(pt2rt_options** out) {
+  return guarded("pt2rt_options_create", [&] {
+    if (out == nullptr) return fail(PT2RT_ERROR_USAGE, "pt2rt_options_create: out is NULL (expected a pt2rt_options**)");
+    *out = new pt2rt_options{};
+    return PT2RT_OK;
+  });
+}
+
+void pt2rt_options_free(pt2rt_options* options) { delete options; }
+
+pt2rt_status pt2rt_options_set_cpu_isa(pt2rt_options* options, const char* isa) {
+  return set_option("pt2rt_options_set_cpu_isa", options, [&](pt2rt::Options& o) {
+    o.cpu_isa = isa ? isa : "";
+    return PT2RT_OK;
+  });
+}
+
+pt2rt_status pt2rt_options_set_num_runners(pt2rt_options* options, int num_runners) {
+  return set_option("pt2rt_options_set_num_runners", options, [&](pt2rt::Options& o) {
+    if (num_runners < 1 || num_runners > pt2rt::kMaxRunners)
+      return fail(PT2RT_ERROR_USAGE, "pt2rt_options_set_num_runners: num_runners is " + std::to_string(num_runners) +
+                                         ", expected 1.." + std::to_string(pt2rt::kMaxRunners));
+    o.num_runners = num_runners;
+    return PT2RT_OK;
+  });
+}
+
+pt2rt_status pt2rt_options_add_ops_library(pt2rt_options* options, const char* path) {
+  return set_option("pt2rt_options_add_ops_library", options, [&](pt2rt::Options& o) {
+    if (path == nullptr || *path == '\0')
+      return fail(PT2RT_ERROR_USAGE, "pt2rt_options_add_ops_library: path is NULL or empty");
+    o.ops_libraries.emplace_back(path);
+    return PT2RT_OK;
+  });
+}
+
+pt2rt_status pt2rt_options_set_ops_from_package_dir(pt2rt_options* options, int enabled) {
+  return set_flag("pt2rt_options_set_ops_from_package_dir", options, &pt2rt::Options::ops_from_package_dir, enabled);
+}
+
+pt2rt_status pt2rt_options_set_check_torch_version(pt2rt_options* options, int enabled) {
+  return set_flag("pt2rt_options_set_check_torch_version", options, &pt2rt::Options::check_torch_version, enabled);
+}
+
+pt2rt_status pt2rt_options_set_check_sha256(pt2rt_options* options, int enabled) {
+  return set_flag("pt2rt_options_set_check_sha256", options, &pt2rt::Options::check_sha256, enabled);
+}
+
+pt2rt_status pt2rt_options_set_keep_package_open(pt2rt_options* options, int enabled) {
+  return set_flag("pt2rt_options_set_keep_package_open", options, &pt2rt::Options::keep_package_open, enabled);
+}
+
+pt2rt_status pt2rt_options_set_device_index(pt2rt_options* options, int device_index) {
+  return set_option("pt2rt_options_set_device_index", options, [&](pt2rt::Options& o) {
+    if (device_index < -1 || device_index > 127)
+      return fail(PT2RT_ERROR_USAGE, "pt2rt_options_set_device_index: device_index is " + std::to_string(device_index) +
+                                         ", expected -1 (the current device) or 0..127");
+    o.device_index = device_index;
+    return PT2RT_OK;
+  });
+}
+
+pt2rt_status pt2rt_options_set_max_record_bytes(pt2rt_options* options, uint64_t bytes) {
+  return set_bytes("pt2rt_options_set_max_record_bytes", options, &pt2rt::Options::max_record_bytes, bytes);
+}
+
+pt2rt_status pt2rt_options_set_max_metadata_bytes(pt2rt_options* options, uint64_t bytes) {
+  return set_bytes("pt2rt_options_set_max_metadata_bytes", options, &pt2rt::Options::max_metadata_bytes, bytes);
+}
+
+pt2rt_status pt2rt_options_set_max_extracted_bytes(pt2rt_options* options, uint64_t bytes) {
+  return set_bytes("pt2rt_options_set_max_extracted_bytes", options, &pt2rt::Options::max_extracted_bytes, bytes);
+}
+
+pt2rt_status pt2rt_load_with_options(const char* package_path, const pt2rt_options* options, pt2rt_runtime** out) {
+  return load("pt2rt_load_with_options", out, options, [&](const pt2rt::Options& o) {
+    if (package_path == nullptr) throw pt2rt::Error(pt2rt::ErrorCode::Usage, "pt2rt_load_with_options: package_path is NULL");
+    return pt2rt::Runtime::load(package_path, o);
+  });
+}
+
+pt2rt_status pt2rt_load_from_memory(const void* bytes, size_t size, const pt2rt_options* options, pt2rt_runtime** out) {
+  return load("pt2rt_load_from_memory", out, options, [&](const pt2rt::Options& o) {
+    if (bytes == nullptr) throw pt2rt::Error(pt2rt::ErrorCode::Usage, "pt2rt_load_from_memory: bytes is NULL");
+    return pt2rt::Runtime::load_from_memory(bytes, size, o);
+  });
+}
+
 pt2rt_status pt2rt_run(const pt2rt_runtime* runtime, const pt2rt_tensor_view* inputs, size_t n_inputs,
                        pt2rt_tensor** outputs, size_t outputs_capacity, size_t* n_outputs) {
   return guarded("pt2rt_run", [&] {
     if (runtime == nullptr) return fail(PT2RT_ERROR_USAGE, "pt2rt_run: runtime is NULL");
     if (n_outputs == nullptr) return fail(PT2RT_ERROR_USAGE, "pt2rt_run: n_outputs is NULL (expected a size_t*)");
     *n_outputs = 0;
-    if (n_inputs > 0 && inputs == nullptr)
-      return fail(PT2RT_ERROR_USAGE, "pt2rt_run: inputs is NULL but n_inputs is " + std::to_string(n_inputs));
     const pt2rt::Spec& spec = runtime->runtime.spec();
     if (outputs_capacity < spec.outputs.size()) {
       *n_outputs = spec.outputs.size();
@@ -187,22 +339,8 @@ pt2rt_status pt2rt_run(const pt2rt_runtime* runtime, const pt2rt_tensor_view* in
     const bool cuda = spec.device == pt2rt::Device::CUDA;
     std::vector<pt2rt::TensorView> views;
     std::vector<pt2rt::Tensor> on_device;  // CUDA packages: the inputs copied to the GPU, alive during run
-    views.reserve(n_inputs);
-    for (size_t i = 0; i < n_inputs; ++i) {
-      const pt2rt_tensor_view& v = inputs[i];
-      const std::string who = "pt2rt_run: inputs[" + std::to_string(i) + "]";
-      if (v.ndim > 0 && v.shape == nullptr)
-        return fail(PT2RT_ERROR_USAGE, who + ".shape is NULL but ndim is " + std::to_string(v.ndim));
-      if (!valid(v.dtype))
-        return fail(PT2RT_ERROR_USAGE, who + ".dtype is " + std::to_string(raw_value(v.dtype)) +
-                                           ", not a pt2rt_dtype");
-      pt2rt::TensorView view{v.data, std::vector<int64_t>(v.shape, v.shape + v.ndim), kDTypes[raw_value(v.dtype)]};
-      if (cuda) {
-        on_device.push_back(pt2rt::Tensor::copy_of(view).to(pt2rt::Device::CUDA));
-        view = on_device.back().view();
-      }
-      views.push_back(std::move(view));
-    }
+    const pt2rt_status st = input_views("pt2rt_run", runtime, inputs, n_inputs, views, on_device);
+    if (st != PT2RT_OK) return st;
     std::vector<pt2rt::Tensor> results = runtime->runtime.run(views);
     std::vector<pt2rt_tensor*> owned;
     owned.reserve(results.size());
@@ -214,6 +352,32 @@ pt2rt_status pt2rt_run(const pt2rt_runtime* runtime, const pt2rt_tensor_view* in
     }
     for (size_t i = 0; i < owned.size(); ++i) outputs[i] = owned[i];
     *n_outputs = owned.size();
+    return PT2RT_OK;
+  });
+}
+
+pt2rt_status pt2rt_run_into(const pt2rt_runtime* runtime, const pt2rt_tensor_view* inputs, size_t n_inputs,
+                            const pt2rt_output_view* outputs, size_t n_outputs) {
+  return guarded("pt2rt_run_into", [&] {
+    if (runtime == nullptr) return fail(PT2RT_ERROR_USAGE, "pt2rt_run_into: runtime is NULL");
+    if (n_outputs > 0 && outputs == nullptr)
+      return fail(PT2RT_ERROR_USAGE, "pt2rt_run_into: outputs is NULL but n_outputs is " + std::to_string(n_outputs));
+    std::vector<pt2rt::TensorView> views;
+    std::vector<pt2rt::Tensor> on_device;
+    const pt2rt_status st = input_views("pt2rt_run_into", runtime, inputs, n_inputs, views, on_device);
+    if (st != PT2RT_OK) return st;
+    std::vector<pt2rt::OutputView> targets;
+    targets.reserve(n_outputs);
+    for (size_t i = 0; i < n_outputs; ++i) {
+      const pt2rt_output_view& v = outputs[i];
+      const std::string who = "pt2rt_run_into: outputs[" + std::to_string(i) + "]";
+      if (v.ndim > 0 && v.shape == nullptr)
+        return fail(PT2RT_ERROR_USAGE, who + ".shape is NULL but ndim is " + std::to_string(v.ndim));
+      if (!valid(v.dtype))
+        return fail(PT2RT_ERROR_USAGE, who + ".dtype is " + std::to_string(raw_value(v.dtype)) + ", not a pt2rt_dtype");
+      targets.push_back(pt2rt::OutputView{v.data, std::vector<int64_t>(v.shape, v.shape + v.ndim), kDTypes[raw_value(v.dtype)]});
+    }
+    runtime->runtime.run_into(views, targets);
     return PT2RT_OK;
   });
 }

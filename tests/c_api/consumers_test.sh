@@ -22,6 +22,23 @@ out=$(env -i "$work/test_c_api" "$packages" "$ops")
 echo "$out"
 checksums+=("C:$(checksum_of "$out")")
 
+echo "== C99 built against version 1 of pt2rt_c.h (tests/c_api/v1), run against this library"
+cc -std=c99 -Wall -Wextra -Werror -pedantic -I"$src/tests/c_api/v1" "$src/tests/c_api/test_c_api.c" \
+  -o "$work/test_c_api_v1" -L"$b/lib" -lpt2rt -lm -Wl,-rpath,"$b/lib"
+out=$(env -i "$work/test_c_api_v1" "$packages" "$ops")
+echo "$out"
+checksums+=("C, v1 header:$(checksum_of "$out")")
+
+echo "== C99, version 2: the package from memory (its file deleted), options, run_into from 4 threads"
+cc -std=c99 -Wall -Wextra -Werror -pedantic -pthread -I"$b/include" "$src/tests/c_api/test_c_api_v2.c" \
+  -o "$work/test_c_api_v2" -L"$b/lib" -lpt2rt -lm -Wl,-rpath,"$b/lib"
+mkdir -p "$work/v2-tmp"
+cp "$packages/net_dynamic.pt2" "$work/v2-model.pt2"
+out=$(env -i TMPDIR="$work/v2-tmp" "$work/test_c_api_v2" "$work/v2-model.pt2" "$ops" default)
+echo "$out"
+[ ! -e "$work/v2-model.pt2" ] || { echo "test_c_api_v2 did not delete its package file" >&2; exit 1; }
+checksums+=("C, version 2:$(checksum_of "$out")")
+
 echo "== C++ with clang and libc++: clang++ -stdlib=libc++, the C header only, 4 threads"
 clang++ -std=c++17 -stdlib=libc++ -Wall -Wextra -Werror -pthread -I"$b/include" \
   "$src/tests/c_api/libcxx_consumer.cpp" -o "$work/libcxx_consumer" -L"$b/lib" -lpt2rt -Wl,-rpath,"$b/lib"

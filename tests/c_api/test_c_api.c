@@ -39,10 +39,12 @@ static const char* in_dir(const char* dir, const char* name) {
 static int contains(const char* haystack, const char* needle) { return strstr(haystack, needle) != NULL; }
 
 static void test_versions_and_names(void) {
+  /* this program may be built against an older header than the library's (tests/c_api/v1) */
   CHECK_STATUS(pt2rt_check_c_api_version(PT2RT_C_API_VERSION), PT2RT_OK);
-  CHECK(pt2rt_c_api_version() == PT2RT_C_API_VERSION);
-  CHECK_STATUS(pt2rt_check_c_api_version(PT2RT_C_API_VERSION + 1), PT2RT_ERROR_USAGE);
-  CHECK(contains(pt2rt_last_error(), "version 2"));
+  CHECK(pt2rt_c_api_version() >= PT2RT_C_API_VERSION);
+  CHECK_STATUS(pt2rt_check_c_api_version(pt2rt_c_api_version() + 1), PT2RT_ERROR_USAGE);
+  CHECK(contains(pt2rt_last_error(), "built for C API version"));
+  CHECK_STATUS(pt2rt_check_c_api_version(0), PT2RT_ERROR_USAGE);
   CHECK(strlen(pt2rt_version()) > 0);
   CHECK(strcmp(pt2rt_status_name(PT2RT_ERROR_INPUT), "input") == 0);
   CHECK(strcmp(pt2rt_status_name((pt2rt_status)42), "unknown") == 0);

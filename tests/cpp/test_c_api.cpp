@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -116,5 +117,62 @@ TEST(CApi, ConcurrentRunsOnOneRuntime) {
     });
   for (auto& t : threads) t.join();
   EXPECT_EQ(failed.load(), 0);
+  pt2rt_runtime_free(rt);
+}
+
+// Version 2 under the sanitizers: options, a package from memory (the bytes freed at once), run_into from threads,
+// and the error paths freeing what they made.
+TEST(CApi, OptionsLoadFromMemoryAndRunIntoFromThreads) {
+  std::vector<char> bytes;
+  {
+    FILE* f = std::fopen((kPackages + "/op_static.pt2").c_str(), "rb");
+    ASSERT_NE(f, nullptr);
+    char chunk[65536];
+    for (size_t n; (n = std::fread(chunk, 1, sizeof chunk, f)) > 0;) bytes.insert(bytes.end(), chunk, chunk + n);
+    std::fclose(f);
+  }
+  pt2rt_options* o = nullptr;
+  ASSERT_EQ(pt2rt_options_create(&o), PT2RT_OK);
+  EXPECT_EQ(pt2rt_options_set_num_runners(o, 0), PT2RT_ERROR_USAGE);
+  EXPECT_EQ(pt2rt_options_set_num_runners(o, 2), PT2RT_OK);
+  EXPECT_EQ(pt2rt_options_add_ops_library(o, kOps), PT2RT_OK);
+  EXPECT_EQ(pt2rt_options_set_cpu_isa(o, "no_such_isa"), PT2RT_OK);
+  pt2rt_runtime* rt = nullptr;
+  EXPECT_EQ(pt2rt_load_from_memory(bytes.data(), bytes.size(), o, &rt), PT2RT_ERROR_PACKAGE);
+  EXPECT_EQ(rt, nullptr);
+  EXPECT_EQ(pt2rt_options_set_cpu_isa(o, nullptr), PT2RT_OK);
+  std::vector<char> truncated(bytes.begin(), bytes.begin() + bytes.size() / 2);
+  EXPECT_EQ(pt2rt_load_from_memory(truncated.data(), truncated.size(), o, &rt), PT2RT_ERROR_PACKAGE);
+  ASSERT_EQ(pt2rt_load_from_memory(bytes.data(), bytes.size(), o, &rt), PT2RT_OK) << pt2rt_last_error();
+  pt2rt_options_free(o);
+  std::fill(bytes.begin(), bytes.end(), 0);
+  bytes = std::vector<char>();
+  const int64_t* shape = nullptr;
+  size_t ndim = 0;
+  ASSERT_EQ(pt2rt_input_spec(rt, 0, nullptr, nullptr, &shape, &ndim), PT2RT_OK);
+  size_t numel = 1;
+  for (size_t i = 0; i < ndim; ++i) numel *= static_cast<size_t>(shape[i]);
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<float> x(numel), y(numel);
+      for (int i = 0; i < 20; ++i) {
+        for (size_t k = 0; k < numel; ++k) x[k] = static_cast<float>(k) * 0.5f + static_cast<float>(t * 100 + i);
+        const pt2rt_tensor_view in{x.data(), shape, ndim, PT2RT_FLOAT32};
+        const pt2rt_output_view out{y.data(), shape, ndim, PT2RT_FLOAT32};
+        if (pt2rt_run_into(rt, &in, 1, &out, 1) != PT2RT_OK || y != x) ++wrong;  // the identity
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(wrong.load(), 0);
+  std::vector<float> x(numel, 1.0f);
+  const pt2rt_tensor_view in{x.data(), shape, ndim, PT2RT_FLOAT32};
+  const pt2rt_output_view onto_input{x.data(), shape, ndim, PT2RT_FLOAT32};
+  EXPECT_EQ(pt2rt_run_into(rt, &in, 1, &onto_input, 1), PT2RT_ERROR_USAGE);
+  EXPECT_NE(std::string(pt2rt_last_error()).find("overlaps input 0"), std::string::npos) << pt2rt_last_error();
+  EXPECT_EQ(pt2rt_run_into(rt, &in, 1, nullptr, 1), PT2RT_ERROR_USAGE);
+  EXPECT_EQ(pt2rt_run_into(rt, nullptr, 1, &onto_input, 1), PT2RT_ERROR_USAGE);
   pt2rt_runtime_free(rt);
 }

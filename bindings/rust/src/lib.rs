@@ -8,6 +8,9 @@
 //! # Ok::<(), pt2rt::Error>(())
 //! ```
 //!
+//! `Runtime::load_with_options` and `Runtime::load_from_memory` take `Options`; `Runtime::run_into` writes outputs
+//! into buffers the caller reuses.
+//!
 //! `Runtime` is `Send + Sync` (runs may happen on many threads at once); `Tensor` owns its output and frees it on
 //! drop. Errors carry the C status and the library's one-line message. Build with `PT2RT_LIB_DIR` set to a bundle's
 //! `lib/` (see build.rs).
@@ -35,7 +38,19 @@ mod ffi {
         pub dtype: c_int,
     }
 
-    pub const C_API_VERSION: u32 = 1;
+    #[repr(C)]
+    pub struct Options {
+        _private: [u8; 0],
+    }
+    #[repr(C)]
+    pub struct OutputView {
+        pub data: *mut c_void,
+        pub shape: *const i64,
+        pub ndim: usize,
+        pub dtype: c_int,
+    }
+
+    pub const C_API_VERSION: u32 = 2;
 
     extern "C" {
         pub fn pt2rt_last_error() -> *const c_char;
@@ -50,6 +65,37 @@ mod ffi {
             out: *mut *mut Runtime,
         ) -> c_int;
         pub fn pt2rt_runtime_free(runtime: *mut Runtime);
+        pub fn pt2rt_options_create(out: *mut *mut Options) -> c_int;
+        pub fn pt2rt_options_free(options: *mut Options);
+        pub fn pt2rt_options_set_cpu_isa(options: *mut Options, isa: *const c_char) -> c_int;
+        pub fn pt2rt_options_set_num_runners(options: *mut Options, num_runners: c_int) -> c_int;
+        pub fn pt2rt_options_add_ops_library(options: *mut Options, path: *const c_char) -> c_int;
+        pub fn pt2rt_options_set_ops_from_package_dir(options: *mut Options, enabled: c_int) -> c_int;
+        pub fn pt2rt_options_set_check_torch_version(options: *mut Options, enabled: c_int) -> c_int;
+        pub fn pt2rt_options_set_check_sha256(options: *mut Options, enabled: c_int) -> c_int;
+        pub fn pt2rt_options_set_keep_package_open(options: *mut Options, enabled: c_int) -> c_int;
+        pub fn pt2rt_options_set_device_index(options: *mut Options, device_index: c_int) -> c_int;
+        pub fn pt2rt_options_set_max_record_bytes(options: *mut Options, bytes: u64) -> c_int;
+        pub fn pt2rt_options_set_max_metadata_bytes(options: *mut Options, bytes: u64) -> c_int;
+        pub fn pt2rt_options_set_max_extracted_bytes(options: *mut Options, bytes: u64) -> c_int;
+        pub fn pt2rt_load_with_options(
+            package_path: *const c_char,
+            options: *const Options,
+            out: *mut *mut Runtime,
+        ) -> c_int;
+        pub fn pt2rt_load_from_memory(
+            bytes: *const c_void,
+            size: usize,
+            options: *const Options,
+            out: *mut *mut Runtime,
+        ) -> c_int;
+        pub fn pt2rt_run_into(
+            runtime: *const Runtime,
+            inputs: *const TensorView,
+            n_inputs: usize,
+            outputs: *const OutputView,
+            n_outputs: usize,
+        ) -> c_int;
         pub fn pt2rt_run(
             runtime: *const Runtime,
             inputs: *const TensorView,
@@ -187,6 +233,131 @@ impl<'a> Input<'a> {
     }
 }
 
+/// Caller memory an output is written into by `Runtime::run_into`: dense, row-major, the output's shape.
+pub struct Output<'a> {
+    data: *mut c_void,
+    bytes: usize,
+    shape: &'a [i64],
+    dtype: DType,
+    _borrow: std::marker::PhantomData<&'a mut [u8]>,
+}
+
+impl<'a> Output<'a> {
+    pub fn new<T: Element>(data: &'a mut [T], shape: &'a [i64]) -> Output<'a> {
+        Output {
+            data: data.as_mut_ptr() as *mut c_void,
+            bytes: std::mem::size_of_val(data),
+            shape,
+            dtype: T::DTYPE,
+            _borrow: std::marker::PhantomData,
+        }
+    }
+    pub fn f32(data: &'a mut [f32], shape: &'a [i64]) -> Output<'a> {
+        Output::new(data, shape)
+    }
+    /// Raw bytes of any dtype.
+    pub fn bytes(data: &'a mut [u8], shape: &'a [i64], dtype: DType) -> Output<'a> {
+        Output { data: data.as_mut_ptr() as *mut c_void, bytes: data.len(), shape, dtype, _borrow: std::marker::PhantomData }
+    }
+}
+
+/// How to load a package (the C API's `pt2rt_options`); `Default` is the library's defaults.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The CPU variant to load ("avx2", ...); `None`: the best this CPU runs.
+    pub cpu_isa: Option<String>,
+    /// Model instances for concurrent runs, 1..1024.
+    pub num_runners: i32,
+    /// Ops libraries to load first; empty: the ones the spec names.
+    pub ops_libraries: Vec<String>,
+    pub ops_from_package_dir: bool,
+    pub check_torch_version: bool,
+    pub check_sha256: bool,
+    /// Keep the package file (from memory: its golden cases) for the runtime's life.
+    pub keep_package_open: bool,
+    /// CUDA packages: the device; -1: the current one.
+    pub device_index: i32,
+    /// Bounds on what a package may make a load read (`None`: the library's).
+    pub max_record_bytes: Option<u64>,
+    pub max_metadata_bytes: Option<u64>,
+    pub max_extracted_bytes: Option<u64>,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            cpu_isa: None,
+            num_runners: 1,
+            ops_libraries: Vec::new(),
+            ops_from_package_dir: false,
+            check_torch_version: true,
+            check_sha256: true,
+            keep_package_open: true,
+            device_index: -1,
+            max_record_bytes: None,
+            max_metadata_bytes: None,
+            max_extracted_bytes: None,
+        }
+    }
+}
+
+/// The C options object for one load, freed on drop.
+struct COptions(*mut ffi::Options);
+
+impl Drop for COptions {
+    fn drop(&mut self) {
+        // SAFETY: created by pt2rt_options_create, freed once.
+        unsafe { ffi::pt2rt_options_free(self.0) }
+    }
+}
+
+fn cstring(what: &str, s: &str) -> Result<CString, Error> {
+    CString::new(s).map_err(|_| usage(format!("{what} {s:?} holds a NUL byte")))
+}
+
+impl Options {
+    fn to_c(&self) -> Result<COptions, Error> {
+        check(unsafe { ffi::pt2rt_check_c_api_version(ffi::C_API_VERSION) })?;
+        let mut raw = std::ptr::null_mut();
+        check(unsafe { ffi::pt2rt_options_create(&mut raw) })?;
+        let o = COptions(raw);
+        if let Some(isa) = &self.cpu_isa {
+            let isa = cstring("cpu_isa", isa)?;
+            check(unsafe { ffi::pt2rt_options_set_cpu_isa(o.0, isa.as_ptr()) })?;
+        }
+        check(unsafe { ffi::pt2rt_options_set_num_runners(o.0, self.num_runners) })?;
+        for lib in &self.ops_libraries {
+            let lib = cstring("ops library path", lib)?;
+            check(unsafe { ffi::pt2rt_options_add_ops_library(o.0, lib.as_ptr()) })?;
+        }
+        unsafe {
+            check(ffi::pt2rt_options_set_ops_from_package_dir(o.0, self.ops_from_package_dir as c_int))?;
+            check(ffi::pt2rt_options_set_check_torch_version(o.0, self.check_torch_version as c_int))?;
+            check(ffi::pt2rt_options_set_check_sha256(o.0, self.check_sha256 as c_int))?;
+            check(ffi::pt2rt_options_set_keep_package_open(o.0, self.keep_package_open as c_int))?;
+            check(ffi::pt2rt_options_set_device_index(o.0, self.device_index))?;
+            if let Some(b) = self.max_record_bytes {
+                check(ffi::pt2rt_options_set_max_record_bytes(o.0, b))?;
+            }
+            if let Some(b) = self.max_metadata_bytes {
+                check(ffi::pt2rt_options_set_max_metadata_bytes(o.0, b))?;
+            }
+            if let Some(b) = self.max_extracted_bytes {
+                check(ffi::pt2rt_options_set_max_extracted_bytes(o.0, b))?;
+            }
+        }
+        Ok(o)
+    }
+}
+
+/// The number of bytes `shape` of `dtype` takes, if it fits a usize.
+fn bytes_for(shape: &[i64], dtype: DType) -> Option<usize> {
+    shape
+        .iter()
+        .try_fold(1usize, |acc, &d| usize::try_from(d).ok().and_then(|d| acc.checked_mul(d)))
+        .and_then(|c| c.checked_mul(dtype.size()))
+}
+
 /// A package input as its spec describes it (-1 in `shape` for a dynamic dim).
 #[derive(Debug, Clone)]
 pub struct TensorInfo {
@@ -264,6 +435,23 @@ impl Runtime {
         Ok(Runtime(out))
     }
 
+    /// Loads a package with options.
+    pub fn load_with_options(package_path: &str, options: &Options) -> Result<Runtime, Error> {
+        let o = options.to_c()?;
+        let path = cstring("the package path", package_path)?;
+        let mut out = std::ptr::null_mut();
+        check(unsafe { ffi::pt2rt_load_with_options(path.as_ptr(), o.0, &mut out) })?;
+        Ok(Runtime(out))
+    }
+
+    /// Loads a package held in memory (an asset, a download); `bytes` may be dropped once this returns.
+    pub fn load_from_memory(bytes: &[u8], options: &Options) -> Result<Runtime, Error> {
+        let o = options.to_c()?;
+        let mut out = std::ptr::null_mut();
+        check(unsafe { ffi::pt2rt_load_from_memory(bytes.as_ptr() as *const c_void, bytes.len(), o.0, &mut out) })?;
+        Ok(Runtime(out))
+    }
+
     pub fn version() -> String {
         unsafe { CStr::from_ptr(ffi::pt2rt_version()) }.to_string_lossy().into_owned()
     }
@@ -286,15 +474,11 @@ impl Runtime {
         unsafe { ffi::pt2rt_num_outputs(self.0) }
     }
 
-    /// Validates the inputs against the spec and runs the model.
-    pub fn run(&self, inputs: &[Input<'_>]) -> Result<Vec<Tensor>, Error> {
+    fn views(inputs: &[Input<'_>]) -> Result<Vec<ffi::TensorView>, Error> {
         let mut views = Vec::with_capacity(inputs.len());
         for (i, input) in inputs.iter().enumerate() {
-            let count = input.shape.iter().try_fold(1usize, |acc, &d| {
-                usize::try_from(d).ok().and_then(|d| acc.checked_mul(d))
-            });
             // the runtime checks the shape against the spec; the slice must hold what the shape claims
-            if count.and_then(|c| c.checked_mul(input.dtype.size())) != Some(input.bytes) {
+            if bytes_for(input.shape, input.dtype) != Some(input.bytes) {
                 return Err(usage(format!(
                     "input {i}: shape {:?} of {:?} needs a different number of bytes than the {} given",
                     input.shape, input.dtype, input.bytes
@@ -307,10 +491,38 @@ impl Runtime {
                 dtype: input.dtype as c_int,
             });
         }
+        Ok(views)
+    }
+
+    /// Validates the inputs against the spec and runs the model.
+    pub fn run(&self, inputs: &[Input<'_>]) -> Result<Vec<Tensor>, Error> {
+        let views = Runtime::views(inputs)?;
         let mut raw = vec![std::ptr::null_mut(); self.num_outputs()];
         let mut n = 0usize;
         check(unsafe { ffi::pt2rt_run(self.0, views.as_ptr(), views.len(), raw.as_mut_ptr(), raw.len(), &mut n) })?;
         Ok(raw.into_iter().take(n).map(Tensor).collect())
+    }
+
+    /// Runs the model and writes output i into `outputs[i]` (buffers reused across runs); nothing is written when
+    /// an output does not fit its buffer (a Usage error).
+    pub fn run_into(&self, inputs: &[Input<'_>], outputs: &mut [Output<'_>]) -> Result<(), Error> {
+        let views = Runtime::views(inputs)?;
+        let mut targets = Vec::with_capacity(outputs.len());
+        for (i, output) in outputs.iter().enumerate() {
+            if bytes_for(output.shape, output.dtype) != Some(output.bytes) {
+                return Err(usage(format!(
+                    "output {i}: shape {:?} of {:?} needs a different number of bytes than the {} given",
+                    output.shape, output.dtype, output.bytes
+                )));
+            }
+            targets.push(ffi::OutputView {
+                data: output.data,
+                shape: output.shape.as_ptr(),
+                ndim: output.shape.len(),
+                dtype: output.dtype as c_int,
+            });
+        }
+        check(unsafe { ffi::pt2rt_run_into(self.0, views.as_ptr(), views.len(), targets.as_ptr(), targets.len()) })
     }
 }
 

@@ -65,3 +65,65 @@ fn example_model_from_threads_and_its_checksum() {
     }
     println!("checksum {checksum:.9}");
 }
+
+#[test]
+fn options_memory_and_run_into() {
+    let bytes = std::fs::read(format!("{}/net_dynamic.pt2", packages())).unwrap();
+    let options = pt2rt::Options {
+        cpu_isa: Some("default".into()),
+        num_runners: 2,
+        ops_libraries: vec![ops()],
+        ..Default::default()
+    };
+    let rt = pt2rt::Runtime::load_from_memory(&bytes, &options).unwrap();
+    drop(bytes);
+    let shape = [1i64, 3, 32, 32];
+    let out_shape = [1i64, 8, 32, 32];
+    let x = frame(3);
+    let expected = rt.run(&[pt2rt::Input::f32(&x, &shape)]).unwrap()[0].as_slice::<f32>().unwrap().to_vec();
+    thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                let mut y = vec![0f32; 8 * 32 * 32];
+                for _ in 0..10 {
+                    rt.run_into(&[pt2rt::Input::f32(&x, &shape)], &mut [pt2rt::Output::f32(&mut y, &out_shape)])
+                        .unwrap();
+                    assert_eq!(y, expected);
+                    y.iter_mut().for_each(|v| *v = 0.0);
+                }
+            });
+        }
+    });
+    // buffers that do not fit: nothing written
+    let mut y = vec![-1f32; 8 * 32 * 32];
+    let e = rt.run_into(&[pt2rt::Input::f32(&x, &shape)], &mut [pt2rt::Output::f32(&mut y[..100], &out_shape)]);
+    assert_eq!(e.err().unwrap().status, pt2rt::Status::Usage);
+    let mut y2 = vec![-1f32; 2 * 8 * 32 * 32];
+    let e = rt.run_into(&[pt2rt::Input::f32(&x, &shape)], &mut [pt2rt::Output::f32(&mut y2, &[2, 8, 32, 32])]).err().unwrap();
+    assert_eq!(e.status, pt2rt::Status::Usage);
+    assert!(e.message.contains("nothing was written"), "{}", e.message);
+    assert!(y2.iter().all(|&v| v == -1.0));
+    let e = rt.run_into(&[pt2rt::Input::f32(&x, &shape)], &mut []).err().unwrap();
+    assert_eq!(e.status, pt2rt::Status::Usage);
+    drop(rt);
+
+    let e = pt2rt::Runtime::load_from_memory(b"not a package", &options).err().unwrap();
+    assert_eq!(e.status, pt2rt::Status::Package);
+    assert!(e.message.contains("the package in memory (13 bytes)"), "{}", e.message);
+    let e = pt2rt::Runtime::load_from_memory(&[], &pt2rt::Options { num_runners: 0, ..Default::default() }).err().unwrap();
+    assert_eq!(e.status, pt2rt::Status::Usage);
+    let e = pt2rt::Runtime::load_with_options(
+        &format!("{}/op_static.pt2", packages()),
+        &pt2rt::Options { cpu_isa: Some("no_such_isa".into()), ops_libraries: vec![ops()], ..Default::default() },
+    )
+    .err()
+    .unwrap();
+    assert_eq!(e.status, pt2rt::Status::Package);
+    assert!(e.message.contains("no_such_isa"), "{}", e.message);
+    let rt = pt2rt::Runtime::load_with_options(
+        &format!("{}/op_static.pt2", packages()),
+        &pt2rt::Options { ops_libraries: vec![ops()], keep_package_open: false, ..Default::default() },
+    )
+    .unwrap();
+    assert_eq!(rt.num_outputs(), 1);
+}

@@ -25,9 +25,13 @@
  * instances serve concurrent calls); freeing it while another thread uses it is the caller's error. Tensors are
  * immutable and may be read from any thread. The last-error message is per thread.
  *
- * Compatibility: the functions and types here keep their meaning for a given PT2RT_C_API_VERSION; a program
- * built against one version checks at run time that the library it loaded speaks it:
+ * Compatibility: the C API only grows. A new version adds functions, types and enum values; it never removes or
+ * renames one, never changes a function's parameters or a struct's layout, and never changes what a call that
+ * was valid in an earlier version does. New settings go to pt2rt_options through new setters, never as new
+ * parameters. So a program built against version N runs against a library of any version >= N; it checks at run
+ * time that the library it loaded speaks its version:
  *   if (pt2rt_check_c_api_version(PT2RT_C_API_VERSION) != PT2RT_OK) { ... pt2rt_last_error() ... }
+ * Version 2 added pt2rt_options, pt2rt_load_with_options, pt2rt_load_from_memory and pt2rt_run_into.
  */
 #ifndef PT2RT_PT2RT_C_H
 #define PT2RT_PT2RT_C_H
@@ -39,7 +43,7 @@
 extern "C" {
 #endif
 
-#define PT2RT_C_API_VERSION 1
+#define PT2RT_C_API_VERSION 2
 
 #if defined(_WIN32)
 #define PT2RT_C_EXPORT __declspec(dllimport)
@@ -49,6 +53,7 @@ extern "C" {
 
 typedef struct pt2rt_runtime pt2rt_runtime; /* a loaded package */
 typedef struct pt2rt_tensor pt2rt_tensor;   /* an owned output */
+typedef struct pt2rt_options pt2rt_options; /* how to load; NULL wherever an options pointer is taken = defaults */
 
 /* The CLI's exit codes. */
 typedef enum {
@@ -86,7 +91,8 @@ typedef struct {
 PT2RT_C_EXPORT const char* pt2rt_last_error(void);
 /* "ok", "usage", "package", "ops_library", "input", "io", "runtime"; "unknown" for other values. */
 PT2RT_C_EXPORT const char* pt2rt_status_name(pt2rt_status status);
-/* The library's version ("0.1.0") and C API version; PT2RT_ERROR_USAGE when it does not speak `header_version`. */
+/* The library's version ("0.1.0") and C API version; PT2RT_ERROR_USAGE when it does not speak `header_version`
+ * (it speaks every version from 1 to its own). */
 PT2RT_C_EXPORT const char* pt2rt_version(void);
 PT2RT_C_EXPORT uint32_t pt2rt_c_api_version(void);
 PT2RT_C_EXPORT pt2rt_status pt2rt_check_c_api_version(uint32_t header_version);
@@ -101,11 +107,59 @@ PT2RT_C_EXPORT pt2rt_status pt2rt_load(const char* package_path, const char* con
                                        size_t n_ops_libraries, int num_runners, pt2rt_runtime** out);
 PT2RT_C_EXPORT void pt2rt_runtime_free(pt2rt_runtime* runtime);
 
+/* Load options (version 2), the C++ API's pt2rt::Options: create, set, pass to any number of loads, free. A setter
+ * given a value out of range returns PT2RT_ERROR_USAGE and leaves the options as they were. */
+PT2RT_C_EXPORT pt2rt_status pt2rt_options_create(pt2rt_options** out);
+PT2RT_C_EXPORT void pt2rt_options_free(pt2rt_options* options);
+/* The CPU variant to load ("avx512", "avx2", ...; NULL or "": the best this CPU runs). */
+PT2RT_C_EXPORT pt2rt_status pt2rt_options_set_cpu_isa(pt2rt_options* options, const char* isa);
+/* Model instances for concurrent calls, 1..1024 (default 1). */
+PT2RT_C_EXPORT pt2rt_status pt2rt_options_set_num_runners(pt2rt_options* options, int num_runners);
+/* An ops library to load first (call once per library, in order). None added: the ones the spec names. */
+PT2RT_C_EXPORT pt2rt_status pt2rt_options_add_ops_library(pt2rt_options* options, const char* path);
+/* Also look for the spec's ops libraries next to the package (default 0: off). */
+PT2RT_C_EXPORT pt2rt_status pt2rt_options_set_ops_from_package_dir(pt2rt_options* options, int enabled);
+/* Refuse a package made by another torch version (default 1); check its library's SHA-256 (default 1). */
+PT2RT_C_EXPORT pt2rt_status pt2rt_options_set_check_torch_version(pt2rt_options* options, int enabled);
+PT2RT_C_EXPORT pt2rt_status pt2rt_options_set_check_sha256(pt2rt_options* options, int enabled);
+/* Keep the package file open (from memory: its golden cases) for the runtime's life (default 1). */
+PT2RT_C_EXPORT pt2rt_status pt2rt_options_set_keep_package_open(pt2rt_options* options, int enabled);
+/* CUDA packages: the device to run on (-1, the default: the current device). */
+PT2RT_C_EXPORT pt2rt_status pt2rt_options_set_device_index(pt2rt_options* options, int device_index);
+/* Bounds on what a package may make a load read: one record, the spec record, all files extracted (bytes, > 0). */
+PT2RT_C_EXPORT pt2rt_status pt2rt_options_set_max_record_bytes(pt2rt_options* options, uint64_t bytes);
+PT2RT_C_EXPORT pt2rt_status pt2rt_options_set_max_metadata_bytes(pt2rt_options* options, uint64_t bytes);
+PT2RT_C_EXPORT pt2rt_status pt2rt_options_set_max_extracted_bytes(pt2rt_options* options, uint64_t bytes);
+
+/* pt2rt_load with options (NULL: the defaults). */
+PT2RT_C_EXPORT pt2rt_status pt2rt_load_with_options(const char* package_path, const pt2rt_options* options,
+                                                    pt2rt_runtime** out);
+/* A package held in memory (an asset, a download): validated as a file is. The bytes are read during the call only
+ * and may be freed once it returns; the model's files go to a private directory (0700, under $TMPDIR) that
+ * pt2rt_runtime_free removes. */
+PT2RT_C_EXPORT pt2rt_status pt2rt_load_from_memory(const void* bytes, size_t size, const pt2rt_options* options,
+                                                   pt2rt_runtime** out);
+
 /* Validates the inputs against the spec and runs the model. On success outputs[0 .. *n_outputs) are the caller's.
  * When outputs_capacity is smaller than pt2rt_num_outputs(), nothing runs, *n_outputs is set to the number
  * needed and the status is PT2RT_ERROR_USAGE. */
 PT2RT_C_EXPORT pt2rt_status pt2rt_run(const pt2rt_runtime* runtime, const pt2rt_tensor_view* inputs, size_t n_inputs,
                                       pt2rt_tensor** outputs, size_t outputs_capacity, size_t* n_outputs);
+
+/* Host memory of the caller that pt2rt_run_into writes an output into: dense, row-major, the output's shape and
+ * dtype (from pt2rt_output_spec for static shapes, else from an earlier run). */
+typedef struct {
+  void* data;
+  const int64_t* shape;
+  size_t ndim;
+  pt2rt_dtype dtype;
+} pt2rt_output_view;
+
+/* Runs the model and writes output i into outputs[i] (n_outputs must be pt2rt_num_outputs()). PT2RT_ERROR_USAGE,
+ * with nothing written, when a view's dtype, rank, shape or buffer does not fit the output, or a buffer overlaps
+ * an input or another output. Thread-safe like pt2rt_run; allocates nothing for the caller to free. */
+PT2RT_C_EXPORT pt2rt_status pt2rt_run_into(const pt2rt_runtime* runtime, const pt2rt_tensor_view* inputs,
+                                           size_t n_inputs, const pt2rt_output_view* outputs, size_t n_outputs);
 
 /* What the package expects and returns: name, dtype, and shape with -1 for dynamic dims (the pointers belong to
  * the runtime). PT2RT_ERROR_USAGE for an index out of range; any out-pointer may be NULL. */

@@ -103,6 +103,38 @@ static class TestPt2rt
             Console.WriteLine("checksum " + checksum.ToString("R", System.Globalization.CultureInfo.InvariantCulture));
         }
 
+        // As a Unity script would: the package from an asset's bytes, outputs into arrays reused every frame.
+        {
+            byte[] asset = System.IO.File.ReadAllBytes(dir + "/net_dynamic.pt2");
+            e = Throws(() => Pt2rt.Runtime.LoadFromMemory(new byte[10], new Pt2rt.Options { OpsLibraries = ops }).Dispose());
+            Check(e != null && e.Status == Pt2rt.Status.Package && e.Message.Contains("the package in memory (10 bytes)"),
+                  "garbage bytes: " + e);
+            e = Throws(() => Pt2rt.Runtime.LoadFromMemory(asset, new Pt2rt.Options { NumRunners = 0 }).Dispose());
+            Check(e != null && e.Status == Pt2rt.Status.Usage, "0 runners: " + e);
+            e = Throws(() => Pt2rt.Runtime.Load(dir + "/op_static.pt2", new Pt2rt.Options { CpuIsa = "no_such_isa", OpsLibraries = ops }).Dispose());
+            Check(e != null && e.Status == Pt2rt.Status.Package && e.Message.Contains("no_such_isa"), "unknown ISA: " + e);
+            using (var rt = Pt2rt.Runtime.LoadFromMemory(asset, new Pt2rt.Options { NumRunners = 2, OpsLibraries = ops }))
+            using (var fromFile = Pt2rt.Runtime.Load(dir + "/net_dynamic.pt2", new Pt2rt.Options { OpsLibraries = ops, KeepPackageOpen = false }))
+            {
+                Array.Clear(asset, 0, asset.Length);
+                var shape = new long[] { 1, 3, 32, 32 };
+                var outShape = new long[] { 1, 8, 32, 32 };
+                var y = new float[8 * 32 * 32];
+                float[] expected;
+                using (var o = fromFile.Run(new Pt2rt.Input(Frame(9), shape))) expected = o[0].ToArray<float>();
+                rt.RunInto(new[] { new Pt2rt.Input(Frame(9), shape) }, new[] { new Pt2rt.Output(y, outShape) });
+                bool same = true;
+                for (int k = 0; k < y.Length; ++k) same = same && y[k] == expected[k];
+                Check(same, "RunInto from memory equals Run from the file");
+                e = Throws(() => rt.RunInto(new[] { new Pt2rt.Input(Frame(9), shape) }, new[] { new Pt2rt.Output(new float[10], outShape) }));
+                Check(e != null && e.Status == Pt2rt.Status.Usage, "too small an array: " + e);
+                var two = new float[2 * 8 * 32 * 32];
+                e = Throws(() => rt.RunInto(new[] { new Pt2rt.Input(Frame(9), shape) }, new[] { new Pt2rt.Output(two, new long[] { 2, 8, 32, 32 }) }));
+                Check(e != null && e.Status == Pt2rt.Status.Usage && e.Message.Contains("nothing was written"), "wrong batch: " + e);
+                Check(Array.TrueForAll(two, v => v == 0f), "nothing written on a refused RunInto");
+            }
+        }
+
         if (failures > 0) { Console.Error.WriteLine(failures + " checks failed"); return 1; }
         Console.WriteLine("all C# checks passed");
         return 0;
