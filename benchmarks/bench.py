@@ -222,7 +222,8 @@ def print_table(report: dict) -> None:
               f"{c['roofline_fraction']:8.2f}x")
     for r in report.get("runtime_overhead", []):
         print(f"\nRuntime::run vs raw loader, batch {r['batch']}: {r['runtime_ns'] / 1e3:.1f} us vs "
-              f"{r['raw_ns'] / 1e3:.1f} us ({r['overhead'] * 100:+.2f} %)")
+              f"{r['raw_ns'] / 1e3:.1f} us ({r['overhead'] * 100:+.2f} %); run_into {r['run_into_ns'] / 1e3:.1f} us "
+              f"({r['run_into_vs_run']:.3f}x run)")
     for name, lat in report.get("latency", {}).items():
         print(f"\nper-call p50, {name} input {lat['input']}: pt2run {lat['pt2run_ms']:.3f} ms, Python AOTI "
               f"{lat['aoti_python_ms']:.3f} ms, eager {lat['eager_ms']:.3f} ms, torch.compile {lat['compile_ms']:.3f} ms")
@@ -325,9 +326,11 @@ def main() -> int:
                                  args.out / f"runtime_batch{batch or 'example'}.json", min_time)
             raw = next(v for k, v in t.items() if k.startswith("RawLoaderRun/"))
             ours = next(v for k, v in t.items() if k.startswith("RuntimeRun/"))
+            into = next(v for k, v in t.items() if k.startswith("RuntimeRunInto/"))
             b = next(k for k in t if k.startswith("RuntimeRun/")).split("batch")[1]
             report["runtime_overhead"].append({"batch": int(b), "runtime_ns": ours, "raw_ns": raw,
-                                               "overhead": ours / raw - 1})
+                                               "overhead": ours / raw - 1, "run_into_ns": into,
+                                               "run_into_vs_run": into / ours})
 
         with tempfile.TemporaryDirectory() as tmp:
             from export_tools import models

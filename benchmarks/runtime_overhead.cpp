@@ -1,5 +1,6 @@
 // pt2rt::Runtime::run vs torch's AOTIModelPackageLoader::run on the same package, input and thread
-// (Google Benchmark). The difference is what pt2rt adds: input validation, wrapping, error translation.
+// (Google Benchmark). The difference is what pt2rt adds: input validation, wrapping, error translation. And
+// Runtime::run_into, writing into buffers allocated once, against run.
 //   pt2rt_bench_runtime --package model.pt2 --ops libidentity_conv_ops.so [--batch N] [benchmark flags]
 #include <pt2rt/pt2rt.h>
 
@@ -21,6 +22,7 @@ struct Setup {
   std::unique_ptr<pt2rt::Runtime> runtime;
   std::unique_ptr<torch::inductor::AOTIModelPackageLoader> raw;
   std::vector<at::Tensor> inputs;  // shared by both
+  std::vector<at::Tensor> outputs;  // run_into's buffers, shaped by a first run
 };
 
 Setup g;
@@ -35,6 +37,19 @@ void runtime_run(benchmark::State& state) {
     views.push_back(v);
   }
   for (auto _ : state) benchmark::DoNotOptimize(g.runtime->run(views));
+}
+
+void runtime_run_into(benchmark::State& state) {
+  std::vector<pt2rt::TensorView> views;
+  for (const auto& t : g.inputs) views.push_back(pt2rt::TensorView{t.const_data_ptr(), t.sizes().vec(), pt2rt::DType::Float32});
+  std::vector<pt2rt::OutputView> outs;
+  for (auto& t : g.outputs) {
+    outs.push_back(pt2rt::OutputView{t.data_ptr(), t.sizes().vec(), pt2rt::DType::Float32});
+  }
+  for (auto _ : state) {
+    g.runtime->run_into(views, outs);
+    benchmark::ClobberMemory();
+  }
 }
 
 void raw_run(benchmark::State& state) {
@@ -84,6 +99,18 @@ int main(int argc, char** argv) {
     }
     // The ops library is loaded (by the runtime); the raw loader needs nothing else. It loads the CPU variant the
     // runtime chose: "model" is the package's first variant, which may be another ISA's code.
+    {
+      std::vector<pt2rt::TensorView> views;
+      for (const auto& t : g.inputs) views.push_back(pt2rt::TensorView{t.const_data_ptr(), t.sizes().vec(), pt2rt::DType::Float32});
+      for (const auto& o : g.runtime->run(views)) {
+        if (o.dtype() != pt2rt::DType::Float32) {
+          std::fprintf(stderr, "error: this benchmark takes float32 outputs; the package returns %s\n",
+                       pt2rt::dtype_name(o.dtype()));
+          return 2;
+        }
+        g.outputs.push_back(at::empty(o.shape(), at::kFloat));
+      }
+    }
     g.raw = std::make_unique<torch::inductor::AOTIModelPackageLoader>(package, g.runtime->variant().model, false, 1);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
@@ -99,6 +126,7 @@ int main(int argc, char** argv) {
   for (int round = 0; round < 7; ++round) {
     benchmark::RegisterBenchmark(("RawLoaderRun/batch" + shape).c_str(), raw_run)->UseRealTime();
     benchmark::RegisterBenchmark(("RuntimeRun/batch" + shape).c_str(), runtime_run)->UseRealTime();
+    benchmark::RegisterBenchmark(("RuntimeRunInto/batch" + shape).c_str(), runtime_run_into)->UseRealTime();
   }
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
