@@ -51,6 +51,23 @@ def _targets(text: str) -> list[str]:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _golden_inputs(path: Path | None) -> list:
+    if path is None:
+        return []
+    import torch
+    try:
+        cases = torch.load(path, weights_only=True)
+    except FileNotFoundError:
+        raise UsageError(f"--golden-inputs {path}: no such file") from None
+    except Exception as e:
+        raise UsageError(f"--golden-inputs {path}: not a file torch.load reads ({type(e).__name__}: "
+                         f"{str(e).splitlines()[0] if str(e) else ''})") from None
+    if not isinstance(cases, (list, tuple)):
+        raise UsageError(f"--golden-inputs {path}: expected torch.save of a list of input tuples, got "
+                         f"{type(cases).__name__}")
+    return list(cases)
+
+
 def _load_factory(spec: str):
     """MODULE:FACTORY -> FACTORY() -> (model, example_inputs)."""
     module_name, sep, attr = spec.partition(":")
@@ -111,7 +128,8 @@ def _cmd_export(args) -> int:
     export_package(model, inputs, args.out, dynamic_batch=args.dynamic_batch,
                    dynamic_shapes=_dynamic_shapes(args, model, inputs), golden=args.golden,
                    cpu_isa=args.cpu_isa, target=args.target, device=args.device, metadata=metadata,
-                   allow_degenerate_golden=args.allow_degenerate_golden, golden_max_mb=args.golden_max_mb)
+                   allow_degenerate_golden=args.allow_degenerate_golden, golden_max_mb=args.golden_max_mb,
+                   golden_inputs=_golden_inputs(args.golden_inputs))
     print(args.out)
     return EXIT_OK
 
@@ -242,6 +260,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--golden-max-mb", type=float, default=16, metavar="MIB",
                    help="keep the golden cases' tensors within MIB (default 16; cases past it are left out, the "
                         "example is always kept)")
+    p.add_argument("--golden-inputs", type=Path, metavar="FILE.pt",
+                   help="golden cases of your own: torch.save of a list of input tuples (recorded after the example, "
+                        "before the generated ones)")
     p.add_argument("--allow-degenerate-golden", action="store_true",
                    help="export even if an output is all zeros or constant in every golden case (warns instead)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")

@@ -56,7 +56,8 @@ def export_package(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor
                    device: str = "cpu", metadata: dict[str, str] | None = None,
                    ops_libraries: Sequence[str | os.PathLike] = (),
                    tolerances: dict[str, tuple] | None = None, allow_degenerate_golden: bool = False,
-                   golden_max_mb: float | None = 16) -> Path:
+                   golden_max_mb: float | None = 16,
+                   golden_inputs: Sequence[Sequence[torch.Tensor] | torch.Tensor] = ()) -> Path:
     """Export `model` to a self-describing, self-verifying AOTInductor package at `package_path` (.pt2).
 
     dynamic_batch: (min, max) for a dynamic dim 0 shared by every input (the shorthand for a Dim "batch").
@@ -82,9 +83,14 @@ def export_package(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor
         past it are left out with a warning and listed in the spec (the example is always kept).
     allow_degenerate_golden: export even when a floating output is all zeros or constant in every golden case (a
         check on it cannot fail for a wrong model); a warning instead of an ExportError.
+    golden_inputs: golden cases of your own, each a tuple of inputs like example_inputs (a tensor alone for a
+        one-input model), within the dynamic ranges: recorded after the example, before the generated cases, which
+        only add sizes these do not have. Give them when generated inputs are not what the model is for (a
+        mask, token ids, values with a meaning); generated bool and integer inputs follow the example's pattern.
     """
     path = Path(package_path)
     inputs = _check_arguments(model, example_inputs, path, dynamic_batch, golden, device, metadata)
+    given = _check_golden_inputs(golden_inputs, inputs)
     if golden_max_mb is not None and (isinstance(golden_max_mb, bool) or not isinstance(golden_max_mb, (int, float))
                                       or not golden_max_mb > 0):
         raise ExportError(f"expected golden_max_mb as a number of MiB > 0 (or None), got {golden_max_mb!r}")
@@ -108,15 +114,16 @@ def export_package(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor
     was_training = model.training
     try:
         return _export_checked(model, inputs, path, device, dims, golden, metadata, tolerances, variant_names,
-                               allow_degenerate_golden, golden_max_mb)
+                               allow_degenerate_golden, golden_max_mb, given)
     finally:
         model.train(was_training)  # the caller's module leaves as it came (eval() is in place)
 
 
 def _export_checked(model, inputs, path, device, dims, golden, metadata, tolerances, variant_names,
-                    allow_degenerate_golden, golden_max_mb) -> Path:
+                    allow_degenerate_golden, golden_max_mb, given) -> Path:
     model = model.eval().to(device)
     inputs = [t.to(device) for t in inputs]
+    given = [[t.to(device) for t in case] for case in given]
 
     with _stage("eager"):
         def run(args: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -136,7 +143,11 @@ def _export_checked(model, inputs, path, device, dims, golden, metadata, toleran
         # golden=1: the example alone; more: the corners of every dynamic range always, then cases between
         sizes = dynamic.case_sizes(dynamic.roots(spec["inputs"], inputs), golden - 1) if golden > 1 else []
         cap = None if golden_max_mb is None else int(golden_max_mb * (1 << 20))
-        cases, left_out = _golden.make_cases(run, inputs, spec["inputs"], sizes, max_bytes=cap)
+        _check_given_shapes(given, spec["inputs"], inputs)
+        try:
+            cases, left_out = _golden.make_cases(run, inputs, spec["inputs"], sizes, max_bytes=cap, given=given)
+        except Exception as e:
+            raise ExportError(f"the model fails on a golden case: {_first_line(e)}") from e
         for name, size in left_out:
             log.warning("golden case %s (%.1f MiB) left out: the cases would pass golden_max_mb %g", name,
                         size / (1 << 20), golden_max_mb)
@@ -184,8 +195,14 @@ def _export_checked(model, inputs, path, device, dims, golden, metadata, toleran
             failed = [r for r in report if not r["passed"]]
             if failed:
                 f = failed[0]
+                hint = ""
+                if _golden.NONFINITE_HINT in f["reason"] and f["name"] != "example" and not f["name"].startswith("given_"):
+                    hint = ("; the inputs of this case were generated, and a model that gives NaN or inf on them "
+                            "usually is not meant for such inputs (a mask that pads a whole row): give cases of "
+                            "your own with golden_inputs= (--golden-inputs FILE.pt)")
                 raise ExportError(f"the compiled package does not reproduce the eager model: variant {f['variant']}, "
-                                  f"case {f['name']}: {f['reason']} ({len(failed)} of {len(report)} cases failed)")
+                                  f"case {f['name']}: {f['reason']} ({len(failed)} of {len(report)} cases failed)"
+                                  + hint)
         os.replace(final, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -232,6 +249,52 @@ def _check_arguments(model, example_inputs, path: Path, dynamic_batch, golden_co
         if not 1 <= lo <= hi:
             raise ExportError(f"expected a dynamic batch range with 1 <= min <= max, got {lo}:{hi}")
     return list(example_inputs)
+
+
+def _check_golden_inputs(golden_inputs, example: list[torch.Tensor]) -> list[list[torch.Tensor]]:
+    if isinstance(golden_inputs, torch.Tensor) or not isinstance(golden_inputs, (tuple, list)):
+        raise ExportError(f"expected golden_inputs as a list of input tuples, got {type(golden_inputs).__name__}")
+    cases = []
+    for c, case in enumerate(golden_inputs):
+        case = [case] if isinstance(case, torch.Tensor) else case
+        if not isinstance(case, (tuple, list)) or not all(isinstance(t, torch.Tensor) for t in case):
+            raise ExportError(f"golden_inputs[{c}]: expected a tuple of tensors like the example inputs")
+        if len(case) != len(example):
+            raise ExportError(f"golden_inputs[{c}]: expected {len(example)} inputs like the example's, got {len(case)}")
+        for i, (t, e) in enumerate(zip(case, example)):
+            if t.dtype != e.dtype or t.dim() != e.dim():
+                raise ExportError(f"golden_inputs[{c}] input {i}: expected {e.dtype} with {e.dim()} dims like the "
+                                  f"example's, got {t.dtype} with {t.dim()} dims")
+        cases.append([t.detach() for t in case])
+    return cases
+
+
+def _check_given_shapes(given: list[list[torch.Tensor]], spec_inputs: list[dict], example: list[torch.Tensor]):
+    """Each given case's shapes within what the package takes: static dims the example's, dynamic ones in range and
+    consistent (one size per name)."""
+    for c, case in enumerate(given):
+        sizes: dict[str, int] = {}
+        for i, (t, entry) in enumerate(zip(case, spec_inputs)):
+            where = f"golden_inputs[{c}] input {i} ({entry['name']})"
+            dynamic_dims = {dd["dim"]: dd for dd in entry["dynamic_dims"]}
+            for d, size in enumerate(t.shape):
+                dd = dynamic_dims.get(d)
+                if dd is None:
+                    if size != example[i].shape[d]:
+                        raise ExportError(f"{where}: dim {d} is static ({example[i].shape[d]}), got {size}")
+                    continue
+                hi = dd.get("max")
+                if size < dd.get("min", 0) or (hi is not None and size > hi):
+                    raise ExportError(f"{where}: dim {d} ({dd['name']}) must be in {dd.get('min', 0)}.."
+                                      f"{'inf' if hi is None else hi}, got {size}")
+                name, value = dd["name"], size
+                if "of" in dd:
+                    if (size - dd["offset"]) % dd["scale"]:
+                        raise ExportError(f"{where}: dim {d} must be {dd['name']} for a whole {dd['of']}, got {size}")
+                    name, value = dd["of"], (size - dd["offset"]) // dd["scale"]
+                if sizes.setdefault(name, value) != value:
+                    raise ExportError(f"{where}: dim {d} makes {name} = {value}, but an earlier input has "
+                                      f"{name} = {sizes[name]}")
 
 
 def _flatten_outputs(out: Any) -> list[torch.Tensor]:

@@ -84,16 +84,28 @@ class Case:
     outputs: list[torch.Tensor]
 
 
+def tiled_like(t: torch.Tensor, shape: list[int]) -> torch.Tensor:
+    """The example's own values laid over `shape`: position i of each dim holds the example's i mod its size. A
+    padding mask keeps its structure (every row a run of the example's rows: none padded whole unless the example
+    has one), token ids stay the example's tokens."""
+    if t.dim() == 0:
+        return t.clone()
+    reps = [-(-n // e) for n, e in zip(shape, t.shape)]
+    return t.repeat(*reps)[tuple(slice(0, n) for n in shape)].contiguous()
+
+
 def random_like(t: torch.Tensor, shape: list[int], gen: torch.Generator) -> torch.Tensor:
-    """A random tensor with t's dtype and device, of `shape`; integer values within the example's range."""
+    """A case's input like example input t, of `shape`: floating inputs random normal; bool and integer inputs
+    (masks, token ids, indices) follow the example's own pattern (tiled_like), which a coin flip would not - a
+    random mask pads whole rows and gives NaN where no caller would; random when the example is empty."""
     if t.dtype.is_floating_point:
         out = torch.randn(shape, generator=gen, dtype=torch.float32).to(t.dtype)
+    elif t.numel():
+        return tiled_like(t, shape)
     elif t.dtype == torch.bool:
         out = torch.rand(shape, generator=gen) > 0.5
     else:
-        lo = int(t.min()) if t.numel() else 0
-        hi = int(t.max()) + 1 if t.numel() else 2
-        out = torch.randint(lo, max(hi, lo + 1), shape, generator=gen, dtype=t.dtype)
+        out = torch.randint(0, 2, shape, generator=gen, dtype=t.dtype)
     return out.to(t.device)
 
 
@@ -106,17 +118,26 @@ def case_bytes(case: Case) -> int:
 
 
 def make_cases(run, example_inputs: list[torch.Tensor], spec_inputs: list[dict], sizes: list[tuple[str, dict]],
-               seed: int = 0, max_bytes: int | None = None) -> tuple[list[Case], list[tuple[str, int]]]:
-    """The example itself, then one random case per (name, {dynamic dim name: size}) of `sizes` (static inputs
-    keep the example's shape), while all cases' tensors fit in max_bytes (None: no cap); `run(inputs)` returns the
-    eager outputs. Returns (cases, [(name, bytes) of the cases left out for the cap]); the example is always kept."""
-    from .dynamic import shape_for
+               seed: int = 0, max_bytes: int | None = None, given: list[list[torch.Tensor]] = ()
+               ) -> tuple[list[Case], list[tuple[str, int]]]:
+    """The example itself, the caller's own cases (`given`, named given_0, ...), then one generated case per
+    (name, {dynamic dim name: size}) of `sizes` that no given case has the sizes of (static inputs keep the
+    example's shape), while all cases' tensors fit in max_bytes (None: no cap); `run(inputs)` returns the eager
+    outputs. Returns (cases, [(name, bytes) of the cases left out for the cap]); the example and the given cases
+    are always kept."""
+    from .dynamic import roots, shape_for
 
     gen = torch.Generator().manual_seed(seed)
     cases = [Case("example", [t.detach() for t in example_inputs], run(example_inputs))]
-    used = case_bytes(cases[0])
+    covered = []
+    for i, inputs in enumerate(given):
+        cases.append(Case(f"given_{i}", [t.detach() for t in inputs], run(list(inputs))))
+        covered.append({r.name: r.example for r in roots(spec_inputs, inputs)})
+    used = sum(case_bytes(c) for c in cases)
     left_out = []
     for name, assignment in sizes:
+        if assignment and assignment in covered:
+            continue
         label = name + "".join(f"_{k}={v}" for k, v in assignment.items())
         shapes = [shape_for(t, entry["dynamic_dims"], assignment) for t, entry in zip(example_inputs, spec_inputs)]
         need = _nbytes([(shape, t.dtype) for shape, t in zip(shapes, example_inputs)])
@@ -181,8 +202,27 @@ def compare(actual: list[torch.Tensor], expected: list[torch.Tensor],
         try:
             torch.testing.assert_close(a, e, rtol=rtol, atol=atol, equal_nan=True)
         except AssertionError as err:
-            return False, max_abs, max_scaled, f"output {i}: " + str(err).splitlines()[0]
+            return False, max_abs, max_scaled, f"output {i}: " + (_nonfinite_only(a, e, rtol, atol) or
+                                                                   str(err).splitlines()[0])
     return True, max_abs, max_scaled, ""
+
+
+NONFINITE_HINT = "non-finite only where"
+
+
+def _nonfinite_only(a: torch.Tensor, e: torch.Tensor, rtol: float, atol: float) -> str:
+    """When a and e differ only in where they are finite, says so ("" otherwise)."""
+    if not e.dtype.is_floating_point:
+        return ""
+    fa, fe = torch.isfinite(a), torch.isfinite(e)
+    if bool((fa == fe).all()):
+        return ""
+    both = fa & fe
+    if not torch.allclose(a[both].double(), e[both].double(), rtol=rtol, atol=atol):
+        return ""
+    return (f"{NONFINITE_HINT} one of them is: the eager model gives {int((fa & ~fe).sum())} non-finite values "
+            f"where the package is finite, the package {int((fe & ~fa).sum())} where eager is finite; every other "
+            f"value is within tolerance")
 
 
 def dtype_name(dtype: torch.dtype) -> str:

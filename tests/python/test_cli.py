@@ -128,6 +128,8 @@ def test_bad_output_path(private_tmp, capsys, tmp_path, out, message):
     (["--golden", "0"], "expected golden >= 1, got 0"),
     (["--cpu-isa", "sse9"], "argument --cpu-isa: unknown cpu_isa 'sse9'"),
     (["--cpu-isa", "avx2,,avx512"], "expected one or more CPU ISA names"),
+    (["--golden-inputs", "/nonexistent/cases.pt"], "--golden-inputs /nonexistent/cases.pt: no such file"),
+    (["--golden-inputs", "/dev/null"], "--golden-inputs /dev/null: not a file torch.load reads"),
 ])
 def test_bad_options(private_tmp, capsys, tmp_path, extra, message):
     code, _, err = run_cli(capsys, "export", "--model", "export_tools.models:identity_conv_op_only",

@@ -185,6 +185,10 @@ def test_failed_verification_leaves_nothing_behind(tmp_path):
     (dict(cpu_isa=()), "expected one or more CPU ISA names, got ()"),
     (dict(device="tpu"), "expected device cpu or cuda, got 'tpu'"),
     (dict(metadata={"k": 1}), "expected metadata as a dict of str to str"),
+    (dict(golden_inputs=torch.zeros(1)), "expected golden_inputs as a list of input tuples, got Tensor"),
+    (dict(golden_inputs=[(torch.zeros(1), torch.zeros(1))]), "golden_inputs[0]: expected 1 inputs like the example's, got 2"),
+    (dict(golden_inputs=[[3]]), "golden_inputs[0]: expected a tuple of tensors like the example inputs"),
+    (dict(golden_inputs=[torch.zeros(2, 3, dtype=torch.int64)]), "golden_inputs[0] input 0: expected torch.float32 with 4 dims"),
 ])
 def test_bad_arguments(tmp_path, kwargs, message):
     model, inputs = models.identity_conv_op_only()
@@ -282,3 +286,58 @@ def test_the_callers_model_keeps_its_mode_when_export_fails(tmp_path):
     with pytest.raises(ExportError, match="the model fails on its example inputs"):
         export_package(model, (torch.randn(2),), tmp_path / "m.pt2")
     assert model.training
+
+
+def test_golden_inputs_outside_the_package_shapes_are_refused_before_compiling(tmp_path):
+    model, (x,) = models.identity_conv_net()
+    wrong_static = torch.randn(2, 3, 16, 32)
+    with pytest.raises(ExportError, match=r"golden_inputs\[0\] input 0 \(x\): dim 2 is static \(32\), got 16"):
+        export_package(model, (x,), tmp_path / "m.pt2", dynamic_batch=(1, 4), golden_inputs=[(wrong_static,)])
+    with pytest.raises(ExportError, match=r"golden_inputs\[1\] input 0 \(x\): dim 0 \(batch\) must be in 1..4, got 5"):
+        export_package(model, (x,), tmp_path / "m.pt2", dynamic_batch=(1, 4),
+                       golden_inputs=[(torch.randn(1, 3, 32, 32),), (torch.randn(5, 3, 32, 32),)])
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_generated_masks_and_ids_follow_the_example_and_keep_a_padded_transformer_finite():
+    """A standard padded TransformerEncoder from a batch-1 example: coin-flip masks padded whole rows (eager NaN,
+    the export failed); generated bool and integer inputs now tile the example's own pattern."""
+    from export_tools import golden
+
+    layer = torch.nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0, batch_first=True)
+    encoder = torch.nn.TransformerEncoder(layer, 1, enable_nested_tensor=False).eval()
+    x = torch.randn(1, 6, 8)
+    mask = torch.tensor([[False, False, False, False, True, True]])
+    spec_inputs = [{"name": n, "dynamic_dims": [{"dim": 0, "name": "batch", "min": 1, "max": 8},
+                                                 {"dim": 1, "name": "seq", "min": 2, "max": 32}]} for n in ("x", "mask")]
+    sizes = [("min", {"batch": 1, "seq": 2}), ("max_batch", {"batch": 8, "seq": 2}),
+             ("max_seq", {"batch": 1, "seq": 32}), ("mid", {"batch": 5, "seq": 17})]
+
+    def run(inputs):
+        with torch.no_grad():
+            return [encoder(inputs[0], src_key_padding_mask=inputs[1])]
+
+    given = [(torch.randn(2, 4, 8), torch.tensor([[False, False, True, True], [False, False, False, False]]))]
+    cases, _ = golden.make_cases(run, [x, mask], spec_inputs, sizes + [("again", {"batch": 2, "seq": 4})],
+                                 given=given)
+    assert [c.name for c in cases] == ["example", "given_0", "min_batch=1_seq=2", "max_batch_batch=8_seq=2",
+                                       "max_seq_batch=1_seq=32", "mid_batch=5_seq=17"]  # the given sizes not again
+    for c in cases:
+        assert torch.isfinite(c.outputs[0]).all(), c.name
+        assert torch.equal(c.inputs[1], golden.tiled_like(mask, list(c.inputs[1].shape))) or c.name == "given_0"
+    assert golden.tiled_like(mask, [2, 9]).tolist() == [[False] * 4 + [True] * 2 + [False] * 3] * 2
+    ids = torch.tensor([[5, 9, 2]])
+    assert golden.random_like(ids, [2, 5], torch.Generator()).tolist() == [[5, 9, 2, 5, 9]] * 2
+
+
+def test_a_case_that_differs_only_where_eager_is_not_finite_says_so():
+    from export_tools import golden
+
+    expected = torch.tensor([[1.0, 2.0], [float("nan"), float("nan")]])
+    actual = torch.tensor([[1.0, 2.0], [0.5, 0.25]])
+    passed, _, _, reason = golden.compare([actual], [expected])
+    assert not passed
+    assert reason.startswith("output 0: " + golden.NONFINITE_HINT), reason
+    assert "the eager model gives 2 non-finite values where the package is finite, the package 0 where eager is" in reason
+    passed, _, _, reason = golden.compare([actual + 1], [expected])
+    assert not passed and golden.NONFINITE_HINT not in reason, reason  # finite values that differ too: the plain one

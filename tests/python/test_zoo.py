@@ -19,9 +19,10 @@ def zoo_package(tmp_path_factory):
 
     def get(name):
         if name not in cache:
-            factory, shapes = zoo.RECIPES[name]
+            factory, shapes, *given = zoo.RECIPES[name]
             model, inputs = factory()
-            path = export_package(model, inputs, out / f"{name}.pt2", dynamic_shapes=shapes(), golden=5)
+            path = export_package(model, inputs, out / f"{name}.pt2", dynamic_shapes=shapes(), golden=5,
+                                  golden_inputs=given[0]() if given else ())
             cache[name] = (path, model, inputs)
         return cache[name]
 
@@ -79,11 +80,21 @@ def test_transformer_encoder_with_dynamic_batch_and_sequence(zoo_package, tmp_pa
     assert {k: v["name"] for k, v in dims(spec).items()} == {
         ("tokens", 0): "batch", ("tokens", 1): "seq", ("padding", 0): "batch", ("padding", 1): "seq"}
     assert dims(spec)[("tokens", 1)]["min"] == 2 and dims(spec)[("tokens", 1)]["max"] == 16
+    # a standard padded encoder from a batch-1 example: the caller's case first, then generated masks that keep
+    # the example's padding pattern (coin-flip masks padded whole rows: NaN in eager, and the export failed)
+    names = spec["golden"]["names"]
+    assert names[:2] == ["example", "given_0"] and len(names) >= 5, names
+    golden = read_golden(path)
+    assert torch.equal(golden[1].inputs[1], zoo.encoder_golden()[0][1])
+    for case in golden:
+        assert not case.inputs[1].all(dim=1).any(), case.name  # no row all padding
+        assert torch.isfinite(case.outputs[0]).all(), case.name
     verify = pt2run("verify", path)
     assert verify.returncode == 0, verify.stderr
     for batch, seq in [(1, 2), (4, 16), (3, 9)]:
         tokens = torch.randint(0, 100, (batch, seq))
         padding = torch.rand(batch, seq) > 0.6
+        padding[:, 0] = False  # a row of padding only is no input (eager gives NaN)
         assert_matches_eager(path, model, (tokens, padding), tmp_path)
     mismatch = pt2run("run", path, "--input", _saved(tmp_path, [torch.randint(0, 100, (2, 5)),
                                                                  torch.zeros(2, 6, dtype=torch.bool)]),

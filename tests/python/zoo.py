@@ -29,8 +29,8 @@ class ConvNet(torch.nn.Module):
 
 
 class Encoder(torch.nn.Module):
-    """torch.nn.TransformerEncoder over token embeddings with a key padding mask (True = padding); the first token
-    is never padding, so no row is all padding."""
+    """torch.nn.TransformerEncoder over token embeddings with a key padding mask (True = padding), as written
+    everywhere: a row that is all padding gives NaN in eager (no caller sends one)."""
 
     def __init__(self):
         super().__init__()
@@ -40,7 +40,6 @@ class Encoder(torch.nn.Module):
         self.out = torch.nn.Linear(32, 5)
 
     def forward(self, tokens: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
-        padding = padding & (torch.arange(padding.shape[1], device=padding.device) > 0)
         y = self.encoder(self.embed(tokens), src_key_padding_mask=padding)
         keep = (~padding).unsqueeze(-1).to(y.dtype)
         return self.out((y * keep).sum(1) / keep.sum(1))
@@ -72,10 +71,17 @@ def conv_net_shapes():
 
 def encoder():
     model = Encoder().eval()
-    tokens = torch.randint(0, 100, (2, 7))
-    padding = torch.zeros(2, 7, dtype=torch.bool)
-    padding[1, 5:] = True
+    tokens = torch.randint(0, 100, (1, 7))  # a batch-1 example, its last two tokens padding
+    padding = torch.zeros(1, 7, dtype=torch.bool)
+    padding[0, 5:] = True
     return model, (tokens, padding)
+
+
+def encoder_golden():
+    """Cases of the caller's own: rows padded by different amounts, none whole."""
+    tokens = torch.randint(0, 100, (3, 9), generator=torch.Generator().manual_seed(3))
+    padding = torch.arange(9).expand(3, 9) >= torch.tensor([[9], [4], [1]])
+    return [(tokens, padding)]
 
 
 def encoder_shapes():
@@ -96,6 +102,6 @@ RECIPES = {
     "conv_net": (conv_net, conv_net_shapes),
     "conv_net_fp16": (lambda: conv_net(torch.float16), conv_net_shapes),
     "conv_net_bf16": (lambda: conv_net(torch.bfloat16), conv_net_shapes),
-    "encoder": (encoder, encoder_shapes),
+    "encoder": (encoder, encoder_shapes, encoder_golden),
     "two_scales": (two_scales, two_scales_shapes),
 }
