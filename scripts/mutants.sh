@@ -87,6 +87,19 @@ mutant "pt2serve: a stop does not wait for answers being written" serve/http_ser
   '    if (stopping && in_flight == 0 && unsent.empty()) event_base_loopexit(base, nullptr);' \
   '    if (stopping && in_flight == 0) event_base_loopexit(base, nullptr);' \
   "$PYTHON -m pytest -q -p no:cacheprovider tests/python/test_serve.py -k sigterm"
+mutant "run_into: a dynamic dim not checked after the run" runtime/src/runtime.cpp \
+  '    if (outs[i].sizes() != at::IntArrayRef(outputs[i].shape)) {' '    if (false) {' \
+  "ctest --test-dir $BUILD_DIR -R 'RunInto' --no-tests=error"
+mutant "run_into: a buffer overlapping an input accepted" runtime/src/runtime.cpp \
+  '      if (in.device == o.device && overlap(' '      if (false && overlap(' \
+  "ctest --test-dir $BUILD_DIR -R 'RunInto|CApi[.]Options' --no-tests=error"
+mutant "load_from_memory: golden cases not kept" runtime/src/runtime.cpp \
+  '  if (options.keep_package_open) impl->golden = impl->package->read(impl->spec.golden_record);' '' \
+  "ctest --test-dir $BUILD_DIR -R 'FromMemory' --no-tests=error"
+mutant "C API: a program built for version 1 refused" runtime/src/c_api.cpp \
+  '  if (header_version >= 1 && header_version <= PT2RT_C_API_VERSION) return PT2RT_OK;' \
+  '  if (header_version == PT2RT_C_API_VERSION) return PT2RT_OK;' \
+  "ctest --test-dir $BUILD_DIR -R 'c_api_consumers' --no-tests=error"
 
 # Each mutant's text must occur exactly once in its file: a mutant whose text is gone (or ambiguous) proves nothing.
 check_texts() {

@@ -5,7 +5,9 @@
 //
 //   using (var rt = Pt2rt.Runtime.Load("model.pt2"))
 //   using (var outputs = rt.Run(new Pt2rt.Input(pixels, new long[] {1, 3, 224, 224})))
+//   {
 //       float[] logits = outputs[0].ToArray<float>();
+//   }
 //
 // A game loop: the package from an asset's bytes, outputs written into arrays it reuses every frame.
 //   var rt = Pt2rt.Runtime.LoadFromMemory(asset.bytes, new Pt2rt.Options { NumRunners = 2 });

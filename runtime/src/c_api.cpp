@@ -112,12 +112,11 @@ pt2rt_status tensor_spec(const pt2rt_runtime* rt, size_t index, bool input, cons
   return PT2RT_OK;
 }
 
-// The caller's input views as the C++ API takes them; CUDA packages get copies on the GPU, kept in on_device.
-pt2rt_status input_views(const char* function, const pt2rt_runtime* runtime, const pt2rt_tensor_view* inputs,
-                         size_t n_inputs, std::vector<pt2rt::TensorView>& views, std::vector<pt2rt::Tensor>& on_device) {
+// The caller's input views (host memory) as the C++ API takes them; the runtime copies them to a CUDA package's GPU.
+pt2rt_status input_views(const char* function, const pt2rt_tensor_view* inputs, size_t n_inputs,
+                         std::vector<pt2rt::TensorView>& views) {
   if (n_inputs > 0 && inputs == nullptr)
     return fail(PT2RT_ERROR_USAGE, std::string(function) + ": inputs is NULL but n_inputs is " + std::to_string(n_inputs));
-  const bool cuda = runtime->runtime.spec().device == pt2rt::Device::CUDA;
   views.reserve(n_inputs);
   for (size_t i = 0; i < n_inputs; ++i) {
     const pt2rt_tensor_view& v = inputs[i];
@@ -126,12 +125,7 @@ pt2rt_status input_views(const char* function, const pt2rt_runtime* runtime, con
       return fail(PT2RT_ERROR_USAGE, who + ".shape is NULL but ndim is " + std::to_string(v.ndim));
     if (!valid(v.dtype))
       return fail(PT2RT_ERROR_USAGE, who + ".dtype is " + std::to_string(raw_value(v.dtype)) + ", not a pt2rt_dtype");
-    pt2rt::TensorView view{v.data, std::vector<int64_t>(v.shape, v.shape + v.ndim), kDTypes[raw_value(v.dtype)]};
-    if (cuda) {
-      on_device.push_back(pt2rt::Tensor::copy_of(view).to(pt2rt::Device::CUDA));
-      view = on_device.back().view();
-    }
-    views.push_back(std::move(view));
+    views.push_back(pt2rt::TensorView{v.data, std::vector<int64_t>(v.shape, v.shape + v.ndim), kDTypes[raw_value(v.dtype)]});
   }
   return PT2RT_OK;
 }
@@ -338,8 +332,7 @@ pt2rt_status pt2rt_run(const pt2rt_runtime* runtime, const pt2rt_tensor_view* in
     if (outputs == nullptr) return fail(PT2RT_ERROR_USAGE, "pt2rt_run: outputs is NULL");
     const bool cuda = spec.device == pt2rt::Device::CUDA;
     std::vector<pt2rt::TensorView> views;
-    std::vector<pt2rt::Tensor> on_device;  // CUDA packages: the inputs copied to the GPU, alive during run
-    const pt2rt_status st = input_views("pt2rt_run", runtime, inputs, n_inputs, views, on_device);
+    const pt2rt_status st = input_views("pt2rt_run", inputs, n_inputs, views);
     if (st != PT2RT_OK) return st;
     std::vector<pt2rt::Tensor> results = runtime->runtime.run(views);
     std::vector<pt2rt_tensor*> owned;
@@ -363,8 +356,7 @@ pt2rt_status pt2rt_run_into(const pt2rt_runtime* runtime, const pt2rt_tensor_vie
     if (n_outputs > 0 && outputs == nullptr)
       return fail(PT2RT_ERROR_USAGE, "pt2rt_run_into: outputs is NULL but n_outputs is " + std::to_string(n_outputs));
     std::vector<pt2rt::TensorView> views;
-    std::vector<pt2rt::Tensor> on_device;
-    const pt2rt_status st = input_views("pt2rt_run_into", runtime, inputs, n_inputs, views, on_device);
+    const pt2rt_status st = input_views("pt2rt_run_into", inputs, n_inputs, views);
     if (st != PT2RT_OK) return st;
     std::vector<pt2rt::OutputView> targets;
     targets.reserve(n_outputs);

@@ -3,6 +3,7 @@
 #include "parsers.h"
 
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
+#include <torch/cuda.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -33,6 +34,7 @@ struct Runtime::Impl {
   Spec spec;
   std::vector<std::string> libraries;
   size_t variant = 0;  // index into spec.variants
+  int device_index = -1;  // CUDA packages: Options::device_index
   std::shared_ptr<detail::Extraction> extracted;  // the variant's files; AOTInductor loads from there
   std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
 
@@ -118,9 +120,10 @@ void validate(const Spec& spec, const std::vector<TensorView>& inputs) {
         same(dd.of, (size - dd.offset) / dd.scale);
       }
     }
-    if (v.device != device) {
-      throw Error(ErrorCode::Input, who + ": expected a " + device_name(spec.device) + " tensor, got a " +
-                                        device_name(v.device) + " tensor");
+    // memory on another device than the package's is copied there (run_model); a GPU this host lacks is not
+    if (v.device != device && v.device == Device::CUDA && !torch::cuda::is_available()) {
+      throw Error(ErrorCode::Input, who + ": a cuda tensor, but this host has no usable CUDA device (the package "
+                                          "runs on " + device_name(device) + ")");
     }
     if (v.data == nullptr && numel != 0) throw Error(ErrorCode::Input, who + ": data is null");
   }
@@ -208,6 +211,7 @@ void load_opened(Runtime::Impl& impl, const Options& options) {
 Runtime Runtime::load(const std::string& package_path, const Options& options) {
   check_runners(options);
   auto impl = std::make_unique<Impl>();
+  impl->device_index = options.device_index;
   impl->package_path = package_path;
   impl->limits = detail::limits_of(options);
   if (options.keep_package_open) {
@@ -231,6 +235,7 @@ Runtime Runtime::load_from_memory(const void* bytes, std::size_t size, const Opt
   auto impl = std::make_unique<Impl>();
   impl->package_path = "the package in memory (" + std::to_string(size) + " bytes)";
   impl->from_memory = true;
+  impl->device_index = options.device_index;
   impl->limits = detail::limits_of(options);
   impl->package = std::make_unique<detail::Package>(bytes, size, impl->package_path, impl->limits);
   load_opened(*impl, options);
@@ -248,7 +253,23 @@ std::vector<at::Tensor> run_model(const Runtime::Impl& impl, const std::vector<T
                                   std::vector<at::Tensor>& args, bool validated = false) {
   if (!validated) validate(impl.spec, inputs);
   args.reserve(inputs.size());
-  for (const auto& v : inputs) args.push_back(detail::borrow(v));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    at::Tensor t = detail::borrow(inputs[i]);
+    if (inputs[i].device != impl.spec.device) {
+      // one policy for every caller (C++, C, pt2run, pt2serve): inputs go to the package's device here
+      const c10::Device target = impl.spec.device == Device::CUDA
+                                     ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(impl.device_index))
+                                     : c10::Device(c10::kCPU);
+      try {
+        t = t.to(target);
+      } catch (const std::exception& e) {
+        throw Error(ErrorCode::Input, "input " + std::to_string(i) + " (" + impl.spec.inputs[i].name +
+                                          "): cannot copy it to " + device_name(impl.spec.device) + ": " +
+                                          detail::short_what(e));
+      }
+    }
+    args.push_back(std::move(t));
+  }
   try {
     c10::InferenceMode inference;  // inference only: no autograd bookkeeping in the model's fallback ops
     return impl.loader->run(args);

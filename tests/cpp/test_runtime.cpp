@@ -411,8 +411,14 @@ TEST(RuntimeErrors, BadInputs) {
   EXPECT_ERROR(rt.run({V{x.const_data_ptr(), {0, 3, 32, 32}, DType::Float32}}), ErrorCode::Input,
                "dim 0 (batch) must be in 1..32, got 0");
   EXPECT_ERROR(rt.run({V{nullptr, {1, 3, 32, 32}, DType::Float32}}), ErrorCode::Input, "data is null");
-  EXPECT_ERROR(rt.run({V{x.const_data_ptr(), {1, 3, 32, 32}, DType::Float32, pt2rt::Device::CUDA}}), ErrorCode::Input,
-               "expected a cpu tensor, got a cuda tensor");
+  if (at::hasCUDA()) {  // GPU memory for a CPU package: copied to the host by the runtime
+    const at::Tensor g = x.narrow(0, 0, 1).contiguous().cuda();
+    const auto moved = rt.run({V{g.const_data_ptr(), {1, 3, 32, 32}, DType::Float32, pt2rt::Device::CUDA}});
+    EXPECT_TRUE(at::equal(pt2rt::to_aten(moved.at(0)), run1(rt, x.narrow(0, 0, 1).contiguous())));
+  } else {
+    EXPECT_ERROR(rt.run({V{x.const_data_ptr(), {1, 3, 32, 32}, DType::Float32, pt2rt::Device::CUDA}}), ErrorCode::Input,
+                 "a cuda tensor, but this host has no usable CUDA device (the package runs on cpu)");
+  }
   // and the runtime still works afterwards
   EXPECT_EQ(rt.run({view_of(x)}).at(0).shape(), (std::vector<int64_t>{2, 8, 32, 32}));
 }

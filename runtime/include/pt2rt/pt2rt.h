@@ -65,7 +65,8 @@ class PT2RT_API Error : public std::runtime_error {
   ErrorCode code_;
 };
 
-// Borrowed memory: a dense, contiguous, row-major tensor. The caller keeps `data` alive during run().
+// Borrowed memory: a dense, contiguous, row-major tensor. The caller keeps `data` alive during run(). Memory on
+// another device than the package's is copied there by run() (host memory for a CUDA package, and back).
 struct TensorView {
   const void* data = nullptr;
   std::vector<int64_t> shape;
