@@ -312,10 +312,10 @@ def _export(model, inputs, dims) -> torch.export.ExportedProgram:
         return torch.export.export(model, tuple(dynamic.trace_inputs(inputs, dims)),
                                    dynamic_shapes=dynamic.for_torch(dims), strict=False)
     except Exception as e:
-        raise ExportError(_export_failure(e, dims)) from e
+        raise ExportError(_export_failure(e, dims, model)) from e
 
 
-def _export_failure(err: Exception, dims) -> str:
+def _export_failure(err: Exception, dims, model: torch.nn.Module | None = None) -> str:
     """torch.export's error in one line that names the user's dims; its advice about mark_dynamic and Dim.DYNAMIC
     (which the user never used) replaced by what to change here."""
     import re
@@ -331,6 +331,13 @@ def _export_failure(err: Exception, dims) -> str:
     text = str(err)
     fixed = re.search(r"You marked (\w+) as dynamic but your code specialized it to be a constant \((\d+)\)", text)
     if fixed:
+        rnns = sorted({type(m).__name__ for m in (model.modules() if model is not None else ())
+                       if isinstance(m, torch.nn.RNNBase)})
+        if rnns:
+            return (f"torch.export failed {what}: it fixes {fixed[1]} at {fixed[2]}, the example's size. The model "
+                    f"has {', '.join(rnns)}: torch.export specializes the sequence length of torch's RNN modules "
+                    f"(torch's limit, not your model's). Leave {fixed[1]} static at the longest length you serve "
+                    f"and pad shorter inputs, or export one package per length")
         return (f"torch.export failed {what}: the model only runs {fixed[1]} = {fixed[2]} (torch.export specialized "
                 f"it to a constant); leave {fixed[1]} static, or change the model so that it runs other sizes")
     lines = [line.strip() for line in text.splitlines() if line.strip()]

@@ -341,3 +341,22 @@ def test_a_case_that_differs_only_where_eager_is_not_finite_says_so():
     assert "the eager model gives 2 non-finite values where the package is finite, the package 0 where eager is" in reason
     passed, _, _, reason = golden.compare([actual + 1], [expected])
     assert not passed and golden.NONFINITE_HINT not in reason, reason  # finite values that differ too: the plain one
+
+
+def test_a_dynamic_sequence_through_an_lstm_names_torchs_limit(tmp_path):
+    class Rnn(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm = torch.nn.LSTM(4, 8, batch_first=True)
+
+        def forward(self, feats):
+            return self.lstm(feats)[0]
+
+    seq = torch.export.Dim("seq", min=1, max=200)
+    with pytest.raises(ExportError) as err:
+        export_package(Rnn().eval(), (torch.randn(1, 50, 4),), tmp_path / "m.pt2", dynamic_shapes=({1: seq},))
+    message = str(err.value)
+    assert "it fixes seq at 50, the example's size. The model has LSTM: torch.export specializes the sequence " \
+           "length of torch's RNN modules (torch's limit, not your model's)" in message, message
+    assert "only runs" not in message
+    assert list(tmp_path.iterdir()) == []
