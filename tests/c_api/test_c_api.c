@@ -10,33 +10,13 @@
 
 #include <pt2rt/pt2rt_c.h>
 
-static int failures = 0;
-
-#define CHECK(cond)                                                    \
-  do {                                                                 \
-    if (!(cond)) {                                                     \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                      \
-    }                                                                  \
-  } while (0)
-
-#define CHECK_STATUS(call, expected)                                                                  \
-  do {                                                                                                \
-    pt2rt_status got_ = (call);                                                                       \
-    if (got_ != (expected)) {                                                                         \
-      fprintf(stderr, "%s:%d: %s returned %s, expected %s (%s)\n", __FILE__, __LINE__, #call,         \
-              pt2rt_status_name(got_), pt2rt_status_name(expected), pt2rt_last_error());              \
-      ++failures;                                                                                     \
-    }                                                                                                 \
-  } while (0)
+#include "checks.h"
 
 static char path_buf[4096];
 static const char* in_dir(const char* dir, const char* name) {
   snprintf(path_buf, sizeof path_buf, "%s/%s", dir, name);
   return path_buf;
 }
-
-static int contains(const char* haystack, const char* needle) { return strstr(haystack, needle) != NULL; }
 
 static void test_versions_and_names(void) {
   /* this program may be built against an older header than the library's (tests/c_api/v1) */

@@ -16,27 +16,7 @@
 
 #include <pt2rt/pt2rt_c.h>
 
-static int failures = 0;
-
-#define CHECK(cond)                                                             \
-  do {                                                                          \
-    if (!(cond)) {                                                              \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                               \
-    }                                                                           \
-  } while (0)
-
-#define CHECK_STATUS(call, expected)                                                          \
-  do {                                                                                        \
-    pt2rt_status got_ = (call);                                                               \
-    if (got_ != (expected)) {                                                                 \
-      fprintf(stderr, "%s:%d: %s returned %s, expected %s (%s)\n", __FILE__, __LINE__, #call, \
-              pt2rt_status_name(got_), pt2rt_status_name(expected), pt2rt_last_error());      \
-      ++failures;                                                                             \
-    }                                                                                         \
-  } while (0)
-
-static int contains(const char* haystack, const char* needle) { return strstr(haystack, needle) != NULL; }
+#include "checks.h"
 
 enum { C = 3, H = 32, W = 32, FRAME = C * H * W, FRAMES = 60, THREADS = 4 };
 
