@@ -244,9 +244,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, metavar="MODULE:FACTORY")
     p.add_argument("--out", required=True, type=Path, metavar="PATH", help="the package to write (.pt2)")
     p.add_argument("--dynamic-batch", type=_dynamic_batch, metavar="MIN:MAX", help="dim 0 of every input is dynamic")
-    p.add_argument("--dynamic", action="append", metavar="INPUT.DIM=NAME:MIN:MAX",
+    p.add_argument("--dynamic", action="append", metavar="INPUT.DIM=[K*]NAME:MIN:MAX",
                    help="one dynamic dim (repeatable; INPUT: a forward parameter name or an index; equal NAMEs are "
-                        "one size), e.g. --dynamic x.0=batch:1:32 --dynamic x.2=h:32:512")
+                        "one size; K*NAME: a multiple of K), e.g. --dynamic x.0=batch:1:32 --dynamic x.2=8*h:32:512")
     p.add_argument("--golden", type=int, default=4, metavar="N",
                    help="golden cases to store (default 4; with dynamic dims at least the corners of every range)")
     p.add_argument("--cpu-isa", type=_cpu_isa, default=None, metavar="ISA[,ISA...]",
@@ -276,7 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Export MODULE:FACTORY with torch.export and print its graph.")
     p.add_argument("--model", required=True, metavar="MODULE:FACTORY")
     p.add_argument("--dynamic-batch", type=_dynamic_batch, metavar="MIN:MAX")
-    p.add_argument("--dynamic", action="append", metavar="INPUT.DIM=NAME:MIN:MAX")
+    p.add_argument("--dynamic", action="append", metavar="INPUT.DIM=[K*]NAME:MIN:MAX")
     p.add_argument("--readable", action="store_true", help="Python code instead of the FX graph")
     p.add_argument("--ops-library", action="append", metavar="PATH",
                    help="an ops library to load first (repeatable); libraries the model's own imports load are "

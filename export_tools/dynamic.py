@@ -250,19 +250,21 @@ def shape_for(t: torch.Tensor, dynamic_dims: list[dict[str, Any]], sizes: dict[s
     return shape
 
 
-_SPEC = re.compile(r"^(?P<input>[A-Za-z_][A-Za-z0-9_]*|\d+)\.(?P<dim>-?\d+)=(?P<name>[A-Za-z_][A-Za-z0-9_]*):"
-                   r"(?P<min>\d+):(?P<max>\d+)$")
+_SPEC = re.compile(r"^(?P<input>[A-Za-z_][A-Za-z0-9_]*|\d+)\.(?P<dim>-?\d+)=(?:(?P<scale>\d+)\*)?"
+                   r"(?P<name>[A-Za-z_][A-Za-z0-9_]*):(?P<min>\d+):(?P<max>\d+)$")
 
 
 def parse_cli(items: Sequence[str], names: list[str]) -> dict[str, dict[int, Dim]]:
     """--dynamic INPUT.DIM=NAME:MIN:MAX (repeatable; INPUT an input name or index) -> dynamic_shapes by input name.
-    One Dim per NAME: equal names are one size."""
+    One Dim per NAME: equal names are one size. INPUT.DIM=K*NAME:MIN:MAX: the dim is K times NAME (a multiple of
+    K between MIN and MAX; NAME's own range is MIN/K..MAX/K), as torch's 8*Dim("h")."""
     made: dict[str, Dim] = {}
     out: dict[str, dict[int, Dim]] = {}
     for item in items:
         m = _SPEC.match(item)
         if m is None:
-            raise DynamicShapesError(f"expected --dynamic INPUT.DIM=NAME:MIN:MAX (e.g. x.0=batch:1:32), got {item!r}")
+            raise DynamicShapesError(f"expected --dynamic INPUT.DIM=NAME:MIN:MAX or INPUT.DIM=K*NAME:MIN:MAX (e.g. "
+                                     f"x.0=batch:1:32, image.2=8*h:32:256), got {item!r}")
         which = m["input"]
         if which.isdigit():
             if int(which) >= len(names):
@@ -273,6 +275,14 @@ def parse_cli(items: Sequence[str], names: list[str]) -> dict[str, dict[int, Dim
         lo, hi = int(m["min"]), int(m["max"])
         if lo > hi:
             raise DynamicShapesError(f"--dynamic {item}: expected MIN <= MAX")
+        scale = int(m["scale"] or 1)
+        if scale < 1:
+            raise DynamicShapesError(f"--dynamic {item}: expected K >= 1 in K*NAME")
+        if scale > 1:  # the root's range: the multiples of K within MIN..MAX
+            lo, hi = -(-lo // scale), hi // scale
+            if lo > hi:
+                raise DynamicShapesError(f"--dynamic {item}: no multiple of {scale} lies between "
+                                         f"{m['min']} and {m['max']}")
         name = m["name"]
         dim = made.get(name)
         if dim is None:
@@ -284,5 +294,21 @@ def parse_cli(items: Sequence[str], names: list[str]) -> dict[str, dict[int, Dim
         d = int(m["dim"])
         if d in out.setdefault(which, {}):
             raise DynamicShapesError(f"--dynamic {item}: {which}.{d} was made dynamic before")
-        out[which][d] = dim
+        out[which][d] = scale * dim if scale > 1 else dim
+    return out
+
+
+_FIX_ROOT = re.compile(r"^\s*(?P<root>\w+) = Dim\('\w+', min=(?P<min>\d+), max=(?P<max>\d+)\)\s*$")
+_FIX_DERIVED = re.compile(r"^\s*(?P<name>\w+) = (?P<scale>\d+)\*(?P<root>\w+)\s*$")
+
+
+def suggested_multiples(text: str) -> dict[str, tuple[int, int, int]]:
+    """torch.export's "Suggested fixes" of the form `_h = Dim('_h', min=4, max=32)`, `h = 8*_h`, as
+    {"h": (8, 4, 32)}: dim h must be 8 times a size in 4..32."""
+    roots, out = {}, {}
+    for line in text.splitlines():
+        if (r := _FIX_ROOT.match(line)):
+            roots[r["root"]] = (int(r["min"]), int(r["max"]))
+        elif (d := _FIX_DERIVED.match(line)) and d["root"] in roots:
+            out[d["name"]] = (int(d["scale"]), *roots[d["root"]])
     return out

@@ -340,6 +340,20 @@ def _export_failure(err: Exception, dims, model: torch.nn.Module | None = None) 
                     f"and pad shorter inputs, or export one package per length")
         return (f"torch.export failed {what}: the model only runs {fixed[1]} = {fixed[2]} (torch.export specialized "
                 f"it to a constant); leave {fixed[1]} static, or change the model so that it runs other sizes")
+    multiples = dynamic.suggested_multiples(text)
+    if multiples and dims is not None:
+        # torch's suggested fix, in the CLI's syntax and Python's, instead of its guard expressions
+        names = dynamic.input_names(model, len(dims)) if model is not None else [str(i) for i in range(len(dims))]
+        cli, python = [], []
+        for name, (scale, lo, hi) in sorted(multiples.items()):
+            for i, entry in enumerate(dims):
+                for d, dim in sorted(entry.items()):
+                    if getattr(dim, "__name__", None) == name:
+                        cli.append(f"--dynamic {names[i]}.{d}={scale}*{name}:{scale * lo}:{scale * hi}")
+            python.append(f"{name} = {scale} * Dim(\"{name}\", min={lo}, max={hi})")
+        return (f"torch.export failed {what}: the model runs only sizes that are multiples: "
+                f"{', '.join(f'{n} must be {s} * a size in {lo}..{hi}' for n, (s, lo, hi) in sorted(multiples.items()))}"
+                f". Export with {' '.join(cli) or 'those dims'} (Python: {'; '.join(python)})")
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     reason = next((line[2:] for line in lines if line.startswith("- ")), "")  # the first violated constraint
     detail = _first_line(err) + (f" {reason}" if reason else "")

@@ -59,6 +59,30 @@ class TwoScales(torch.nn.Module):
         return mixed, mixed.amax(dim=(2, 3))
 
 
+class UNetish(torch.nn.Module):
+    """Three stride-2 convs down, nearest upsampling back with skip connections: H and W must be multiples of 8."""
+
+    def __init__(self):
+        super().__init__()
+        self.down = torch.nn.ModuleList([torch.nn.Conv2d(3 if i == 0 else 4, 4, 3, stride=2, padding=1)
+                                         for i in range(3)])
+        self.up = torch.nn.Upsample(scale_factor=2, mode="nearest")
+        self.head = torch.nn.Conv2d(4, 2, 1)
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        skips, x = [], image
+        for down in self.down:
+            skips.append(x)
+            x = torch.relu(down(x))
+        for skip in reversed(skips[1:]):
+            x = self.up(x) + skip
+        return self.head(self.up(x))
+
+
+def unet():
+    return UNetish().eval(), (torch.randn(1, 3, 64, 96, generator=torch.Generator().manual_seed(5)),)
+
+
 def conv_net(dtype: torch.dtype = torch.float32):
     model = ConvNet().eval().to(dtype)
     image = torch.randn(1, 3, 24, 40).to(dtype)  # a batch-1 example
