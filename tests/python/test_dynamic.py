@@ -70,7 +70,8 @@ def test_cli_items_make_one_dim_per_name():
 
 
 @pytest.mark.parametrize("items, message", [
-    (["image.0"], "expected --dynamic INPUT.DIM=NAME:MIN:MAX (e.g. x.0=batch:1:32), got 'image.0'"),
+    (["image.0"], "expected --dynamic INPUT.DIM=NAME:MIN:MAX or INPUT.DIM=K*NAME:MIN:MAX (e.g. x.0=batch:1:32, "
+                  "image.2=8*h:32:256), got 'image.0'"),
     (["image.0=batch:1"], "expected --dynamic INPUT.DIM=NAME:MIN:MAX"),
     (["img.0=batch:1:8"], "the model has no input img (its inputs: image, mask)"),
     (["2.0=batch:1:8"], "the model has 2 inputs"),
