@@ -298,17 +298,6 @@ def test_a_dim_that_must_be_a_multiple_gets_torchs_fix_in_this_clis_syntax(priva
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_unet_with_multiple_of_8_sizes_exports_from_the_cli(capsys, tmp_path):
-    from export_tools import read_spec
-
-    code, out, err = run_cli(capsys, "-q", "export", "--model", "zoo:unet", "--out", str(tmp_path / "u.pt2"),
-                             "--dynamic", "image.2=8*h:32:256", "--dynamic", "image.3=8*w:30:250")
-    assert code == 0, err
-    dims = {d["dim"]: d for d in read_spec(tmp_path / "u.pt2")["inputs"][0]["dynamic_dims"]}
-    assert (dims[2]["name"], dims[2]["of"], dims[2]["scale"], dims[2]["min"], dims[2]["max"]) == ("8*h", "h", 8, 32, 256)
-    assert (dims[3]["min"], dims[3]["max"]) == (32, 248)  # the multiples of 8 within 30..250
-
-
 @pytest.mark.parametrize("item, message", [
     ("image.2=8*h:1:7", "no multiple of 8 lies between 1 and 7"),
     ("image.2=0*h:8:64", "expected K >= 1 in K*NAME"),

@@ -143,3 +143,17 @@ def test_pt2run_info_json_has_the_derived_dim(zoo_package):
     fine = next(e for e in info["inputs"] if e["name"] == "fine")
     assert {"dim": 3, "name": "2*w", "expr": "2*w", "of": "w", "scale": 2, "offset": 0, "min": 4, "max": 40} in \
         fine["dynamic_dims"]
+
+
+def test_a_unet_with_multiple_of_8_sizes_exports_from_the_cli(capsys, tmp_path):
+    """zoo.UNetish runs only H and W that are multiples of 8: --dynamic K*NAME (test_cli checks the error that
+    suggests it)."""
+    from export_tools.__main__ import main
+
+    code = main(["-q", "export", "--model", "zoo:unet", "--out", str(tmp_path / "u.pt2"),
+                 "--dynamic", "image.2=8*h:32:256", "--dynamic", "image.3=8*w:30:250"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    dims = {d["dim"]: d for d in read_spec(tmp_path / "u.pt2")["inputs"][0]["dynamic_dims"]}
+    assert (dims[2]["name"], dims[2]["of"], dims[2]["scale"], dims[2]["min"], dims[2]["max"]) == ("8*h", "h", 8, 32, 256)
+    assert (dims[3]["min"], dims[3]["max"]) == (32, 248)  # the multiples of 8 within 30..250
