@@ -264,15 +264,16 @@ void Registry::load(const std::string& name, const std::vector<std::string>& par
   load_folder(name);
 }
 
-void Registry::load_folder(const std::string& name) {
+bool Registry::load_folder(const std::string& name) {
   const fs::path folder = fs::path(dir_) / name;
   if (!fs::is_directory(folder)) throw NotFound("the model repository has no folder '" + name + "'");
   std::vector<ModelPtr> loaded = load_model_dir(folder);
   std::map<long, ModelPtr> versions;
   std::string errors;
-  bool any_ready = false;
+  bool any_ready = false, all_ready = true;
   for (auto& m : loaded) {
     any_ready = any_ready || m->ready();
+    all_ready = all_ready && m->ready();
     if (!m->ready()) errors += (errors.empty() ? "" : "; ") + ("version " + m->version() + ": " + m->load_error());
     versions[std::stol(m->version())] = m;
   }
@@ -299,6 +300,7 @@ void Registry::load_folder(const std::string& name) {
   log("info", "model (re)loaded", {{"model", name}, {"versions", std::to_string(loaded.size())},
                                    {"replaced", std::to_string(old.size())}});
   // `old` goes out of scope here; requests still running on those models keep them until they finish
+  return all_ready;
 }
 
 void Registry::unload(const std::string& name, const std::vector<std::string>& parameters) {
@@ -329,15 +331,32 @@ void Registry::poll() {
     log("warning", "cannot read the model repository; nothing changed", {{"error", e.what()}});
     return;
   }
+  const auto now_time = std::chrono::steady_clock::now();
   for (const auto& [name, state] : now) {
     const auto seen = polled_.find(name);
-    if (seen != polled_.end() && seen->second == state) continue;
-    polled_[name] = state;  // before loading: a file that changes while it loads is loaded again next time
+    const bool changed = seen == polled_.end() || seen->second.state != state;
+    if (!changed && (seen->second.failures == 0 || now_time < seen->second.retry_at)) continue;
+    Polled& entry = polled_[name];
+    entry.state = state;  // before loading: a file that changes while it loads is loaded again next time
+    if (changed) entry.failures = 0;
+    bool ready = false;
+    std::string error;  // none: some versions serve, another is not ready (the index says why)
     try {
-      load_folder(name);
+      ready = load_folder(name);
     } catch (const std::exception& e) {
-      log("error", "model folder not loaded", {{"model", name}, {"error", e.what()}});
+      error = e.what();
     }
+    if (ready) {
+      entry.failures = 0;
+      continue;
+    }
+    ++entry.failures;
+    const int delay = std::min(kMaxRetrySeconds, 1 << std::min(entry.failures - 1, 16));
+    entry.retry_at = now_time + std::chrono::seconds(delay);
+    std::map<std::string, std::string> fields{
+        {"model", name}, {"attempt", std::to_string(entry.failures)}, {"retry_in_s", std::to_string(delay)}};
+    if (!error.empty()) fields["error"] = error;
+    log("error", error.empty() ? "model folder loaded, a version not ready" : "model folder not loaded", fields);
   }
   for (auto it = polled_.begin(); it != polled_.end();) {
     if (now.count(it->first)) {

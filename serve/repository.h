@@ -2,6 +2,7 @@
 // served by name and version; loaded again, unloaded, or followed by polling while serving. Transport-free.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -45,12 +46,15 @@ class Registry {
   std::vector<IndexEntry> index(bool ready_only) const;
   // Poll mode: loads each model folder that is new or changed since the last poll (config.json, a version's
   // model.pt2 added, removed, or of another size or modification time) as load() does, and unloads the models
-  // whose folder is gone. Errors are logged, never thrown; a repository that cannot be read changes nothing.
+  // whose folder is gone. Errors are logged, never thrown; a repository that cannot be read changes nothing. A
+  // folder whose load left a version not ready is loaded again while unchanged, after 1, 2, 4 ... s (at most every
+  // kMaxRetrySeconds): the cause can lie outside it (an ops library deployed later, a full disk).
   void poll();
+  static constexpr int kMaxRetrySeconds = 300;
 
  private:
   void check_model_control() const;
-  void load_folder(const std::string& name);  // load() past its checks; load_mu_ held
+  bool load_folder(const std::string& name);  // load() past its checks, true when every version is ready; load_mu_ held
   void unload_served(const std::string& name);  // unload() past its checks; load_mu_ held
 
   std::string dir_;
@@ -58,7 +62,12 @@ class Registry {
   mutable std::mutex mu_;
   std::mutex load_mu_;
   std::map<std::string, std::map<long, ModelPtr>> by_name_;
-  std::map<std::string, std::string> polled_;  // model folder -> its files as the last poll saw them
+  struct Polled {
+    std::string state;  // the folder's files as the last poll saw them
+    int failures = 0;   // loads of that state in a row that left a version not ready
+    std::chrono::steady_clock::time_point retry_at;
+  };
+  std::map<std::string, Polled> polled_;  // by model folder
 };
 
 // Every <model>/<version>/model.pt2 under `dir`, loaded (a model that fails to load is kept, not ready, with its

@@ -417,8 +417,8 @@ int main(int argc, char** argv) {
   run->add_option("--input,-i", inputs, "a tensor file per model input, in order (torch.save of a tensor, or of a "
                                         "list of tensors)")->required();
   run->add_option("--output,-o", output, "where to write the outputs (torch.load reads it)")->required();
-  run->add_option("--ops", ops, "ops library to load (default: the ones the package names, searched next to "
-                                "libpt2rt.so, then in PT2RT_OPS_PATH)");
+  run->add_option("--ops", ops, "ops library to load first (the package's other libraries are then searched "
+                                "next to libpt2rt.so, then in PT2RT_OPS_PATH)");
 
   auto* verify = app.add_subcommand("verify", "run the package's golden cases on this machine (exit 1 on mismatch)");
   verify->add_option("package", package, "the .pt2 package")->required();

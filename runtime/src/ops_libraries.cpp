@@ -169,12 +169,24 @@ std::vector<std::string> load_ops_libraries(const Spec& spec, const std::string&
       loaded.push_back(load_one(path));
     }
   };
-  if (!options.ops_libraries.empty()) {
-    for (const auto& lib : options.ops_libraries) load_checked(lib);
-    return loaded;
+  // The caller's libraries first; the default lookup then finds the spec's libraries that still have items missing
+  // (a model naming its own new library can use a library the runtime finds for everyone, whatever loaded before).
+  std::set<std::string> given;
+  for (const auto& lib : options.ops_libraries) {
+    load_checked(lib);
+    given.insert(lib.substr(lib.find_last_of('/') + 1));
   }
+  const auto still_needed = [&] {
+    std::set<std::string> libs;
+    for (const auto& op : spec.custom_ops)
+      if (!op_registered(op)) libs.insert(op.library);
+    for (const auto& cls : spec.custom_classes)
+      if (!class_registered(cls.name)) libs.insert(cls.library);
+    return libs;
+  };
   const auto dirs = search_path(package_path, options.ops_from_package_dir);
   for (const auto& name : spec.libraries) {
+    if (given.count(name) || !still_needed().count(name)) continue;
     std::string found;
     for (const auto& dir : dirs) {
       if (is_file(dir + "/" + name)) {
@@ -183,10 +195,14 @@ std::vector<std::string> load_ops_libraries(const Spec& spec, const std::string&
       }
     }
     if (found.empty()) {
-      std::string where;
+      std::string where, named;
       for (const auto& dir : dirs) where += (where.empty() ? "" : ", ") + dir;
-      throw Error(ErrorCode::OpsLibrary, "the package needs " + name + ", which was not found in " + where +
-                                             " (pass it with --ops / Options::ops_libraries, or set PT2RT_OPS_PATH)");
+      for (const auto& lib : options.ops_libraries) named += (named.empty() ? "" : ", ") + lib;
+      throw Error(ErrorCode::OpsLibrary,
+                  "the package needs " + name + ", which was not found in " + (where.empty() ? "no folder" : where) +
+                      (named.empty() ? std::string(" (pass it with --ops / Options::ops_libraries, or set PT2RT_OPS_PATH)")
+                                     : " and is not among the ops libraries given (" + named +
+                                           "; pass it too, or set PT2RT_OPS_PATH)"));
     }
     load_checked(found);
   }

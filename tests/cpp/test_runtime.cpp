@@ -369,12 +369,38 @@ TEST(RuntimeErrors, OpsLibraries) {
   EXPECT_ERROR(pt2rt::Runtime::load(kNet, o), pt2rt::ErrorCode::OpsLibrary, "does not exist");
   o.ops_libraries = {kPackages + "/net_input.pt"};
   EXPECT_ERROR(pt2rt::Runtime::load(kNet, o), pt2rt::ErrorCode::OpsLibrary, "cannot load ops library");
-  o.ops_libraries = {PT2RT_LIBRARY};  // a real library, without my_ops
-  EXPECT_ERROR(pt2rt::Runtime::load(kOp, o), pt2rt::ErrorCode::OpsLibrary,
-               "op my_ops::identity_conv_op (from libidentity_conv_ops.so)");
   unsetenv("PT2RT_OPS_PATH");
+  const std::string own_dir = fs::canonical(fs::path(kOps).parent_path()).string();  // libpt2rt.so's too
   EXPECT_ERROR(pt2rt::Runtime::load(kPackages + "/bad/unknown_library.pt2"), pt2rt::ErrorCode::OpsLibrary,
-               "the package needs libnot_there.so, which was not found");
+               "the package needs libnot_there.so, which was not found in " + own_dir + " (pass it with --ops");
+  o.ops_libraries = {PT2RT_LIBRARY};  // a real library, without my_ops
+  EXPECT_ERROR(pt2rt::Runtime::load(kPackages + "/bad/unknown_library.pt2", o), pt2rt::ErrorCode::OpsLibrary,
+               "libnot_there.so, which was not found in " + own_dir + " and is not among the ops libraries given (" +
+                   PT2RT_LIBRARY);
+  // The libraries given come first, and the default lookup (next to libpt2rt.so) finds what they lack.
+  const pt2rt::Runtime rt = pt2rt::Runtime::load(kOp, o);
+  ASSERT_EQ(rt.ops_libraries().size(), 2u);
+  EXPECT_EQ(fs::path(rt.ops_libraries()[1]).filename(), "libidentity_conv_ops.so");
+  EXPECT_TRUE(rt.verify().passed());
+}
+
+TEST(RuntimeErrors, AGivenLibraryOfTheSpecsNameIsNotLookedUpAgain) {
+  // A file named libidentity_conv_ops.so that registers other ops (a copy of the probe ops): the package's library
+  // by that name is the caller's, so the runtime does not load the one next to libpt2rt.so behind its back.
+  const fs::path dir = fs::temp_directory_path() / ("pt2rt-named-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  fs::copy_file(kProbeOps, dir / "libidentity_conv_ops.so", fs::copy_options::overwrite_existing);
+  const fs::path err = dir / "err.txt";
+  EXPECT_EQ(shell(kPt2run + " verify " + kOp + " --ops " + (dir / "libidentity_conv_ops.so").string() + " 2>" +
+                  err.string()),
+            4);
+  std::ifstream in(err);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("not registered after loading " + fs::canonical(dir / "libidentity_conv_ops.so").string() +
+                      ": op my_ops::identity_conv_op (from libidentity_conv_ops.so)"),
+            std::string::npos)
+      << text;
+  fs::remove_all(dir);
 }
 
 TEST(RuntimeErrors, OpsLibraryFoundThroughTheSearchPath) {

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import torch
 
-from packages import pt2run_path
+from packages import copy_package, pt2run_path
 
 import tritonclient.grpc as tritongrpc
 import tritonclient.http as tritonhttp
@@ -33,6 +33,13 @@ from tritonclient.utils import InferenceServerException
 def pt2serve_path() -> Path:
     path = pt2run_path().with_name("pt2serve")
     assert path.is_file(), f"pt2serve not built next to {pt2run_path()}"
+    return path
+
+
+def build_lib(name: str) -> Path:
+    """A library of the build pt2serve comes from (next to its libpt2rt.so)."""
+    path = pt2serve_path().parent.parent / "lib" / name
+    assert path.is_file(), path
     return path
 
 
@@ -86,6 +93,12 @@ def server(exported, tmp_path_factory):
     (repo / "badconfig" / "1").mkdir(parents=True)
     os.link(op, repo / "badconfig" / "1" / "model.pt2")
     (repo / "badconfig" / "config.json").write_text('{"max_batch_size": "many"}')
+    # a_mixed names another library than the one its package uses; the first folder by name, it loads first
+    (repo / "a_mixed" / "1").mkdir(parents=True)
+    os.link(op, repo / "a_mixed" / "1" / "model.pt2")
+    (repo / "a_mixed" / "libs").mkdir()
+    shutil.copyfile(build_lib("libpt2rt_probe_ops.so"), repo / "a_mixed" / "libs" / "libpt2rt_probe_ops.so")
+    (repo / "a_mixed" / "config.json").write_text('{"ops_libraries": ["libs/libpt2rt_probe_ops.so"]}')
     s = Serving(repo, "--max-request-mb", "4")
     yield s
     assert s.stop() == 0
@@ -772,6 +785,38 @@ def test_poll_mode_follows_the_repository_folder(exported, tmp_path):
         assert s.stop() == 0
 
 
+def test_poll_mode_loads_a_failed_model_again_once_its_cause_is_gone(exported, tmp_path):
+    """A folder that does not load for a cause outside it - here the ops library its config names is deployed after
+    the model - is loaded again while unchanged, after 1, 2, 4 ... s, and serves once the library is there."""
+    net, _, _ = exported("net_dynamic")
+    repo = tmp_path / "models"
+    (repo / "late" / "1").mkdir(parents=True)
+    lib = "libnot_there.so"
+    copy_package(net, repo / "late" / "1" / "model.pt2", edit_spec=lambda s: {
+        **s, "libraries": [lib], "custom_ops": [{**o, "library": lib} for o in s["custom_ops"]],
+        "custom_classes": [{**c, "library": lib} for c in s["custom_classes"]]})
+    (repo / "late" / "config.json").write_text(json.dumps({"ops_libraries": [f"libs/{lib}"]}))
+    s = Serving(repo, "--model-control-mode", "poll", "--repository-poll-secs", "0.2")
+
+    def attempts():
+        return [json.loads(line) for line in s.log.read_text().splitlines()
+                if json.loads(line)["msg"] == "model folder not loaded"]
+
+    try:
+        assert not s.client.is_model_ready("late")
+        _wait_for(lambda: len(attempts()) >= 2, "a second attempt on the unchanged folder", seconds=30)
+        first = attempts()
+        assert [a["retry_in_s"] for a in first[:2]] == ["1", "2"], first
+        assert f"libs/{lib} does not exist" in first[0]["error"], first[0]
+        (repo / "late" / "libs").mkdir()
+        shutil.copyfile(build_lib("libidentity_conv_ops.so"), repo / "late" / "libs" / lib)
+        _wait_for(lambda: s.client.is_model_ready("late"), "the model ready once its library is there", seconds=30)
+        x = np.random.default_rng(5).standard_normal((2, 3, 32, 32)).astype(np.float32)
+        np.testing.assert_allclose(infer(s.client, "late", x), eager(exported, x).numpy(), rtol=1e-4, atol=1e-5)
+    finally:
+        assert s.stop() == 0
+
+
 def _resources(pid: int, tmpdir: Path) -> dict:
     status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
     targets = []
@@ -824,6 +869,14 @@ def test_a_long_run_of_reloads_and_unloads_leaks_nothing(exported, tmp_path):
         assert after["rss_mb"] - before["rss_mb"] < 20, (before, after)  # measured: +4 MB
     finally:
         assert s.stop() == 0
+
+
+def test_a_model_naming_its_own_ops_library_loads_before_any_other(server):
+    """a_mixed's config names only the probe ops library, its package needs my_ops too, and it loads first: the
+    libraries a model names add to the runtime's own lookup, so it does not depend on what loaded before it."""
+    assert server.client.is_model_ready("a_mixed")
+    z = np.arange(2 * 3 * 16 * 16, dtype=np.float32).reshape(2, 3, 16, 16)
+    np.testing.assert_array_equal(infer(server.client, "a_mixed", z), z)
 
 
 def test_model_control_is_off_unless_asked_for(server):

@@ -195,9 +195,10 @@ struct Spec {
 constexpr int kMaxRunners = 1024;
 
 struct Options {
-  // Ops libraries to load before the model. Empty: the files the spec names, searched in the directory of
-  // libpt2rt.so, then in each directory of PT2RT_OPS_PATH (':'-separated), then (ops_from_package_dir) next to
-  // the package. Nothing is loaded when everything the package needs is registered already.
+  // Ops libraries to load first. Then the files the spec names whose items are still unregistered (and whose
+  // names are not among these), searched in the directory of libpt2rt.so, then in each directory of PT2RT_OPS_PATH
+  // (':'-separated), then (ops_from_package_dir) next to the package. Nothing is loaded once everything the
+  // package needs is registered.
   std::vector<std::string> ops_libraries;
   // Model instances that serve concurrent run() calls: 1..kMaxRunners.
   int num_runners = 1;

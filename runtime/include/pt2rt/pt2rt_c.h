@@ -101,7 +101,7 @@ PT2RT_C_EXPORT const char* pt2rt_dtype_name(pt2rt_dtype dtype);
 PT2RT_C_EXPORT size_t pt2rt_dtype_size(pt2rt_dtype dtype);
 
 /* Loads a package: reads its spec, loads and checks the ops libraries, checks the package against this host, loads
- * the model. ops_libraries: paths to load first (NULL / 0: the ones the spec names, found as docs/runtime.md says);
+ * the model. ops_libraries: paths to load first (the spec's other libraries are then found as docs/runtime.md says);
  * num_runners: model instances for concurrent calls (0: 1). On success *out is the caller's. */
 PT2RT_C_EXPORT pt2rt_status pt2rt_load(const char* package_path, const char* const* ops_libraries,
                                        size_t n_ops_libraries, int num_runners, pt2rt_runtime** out);
