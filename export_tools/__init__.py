@@ -11,9 +11,9 @@ from . import _version
 __version__ = _version.read()
 
 _LAZY = {
-    "ExportError": ".export", "export_package": ".export", "load_package": ".export", "read_golden": ".export",
-    "read_spec": ".export", "verify_package": ".export",
-    "OpsLibraryError": ".libraries", "load_ops_library": ".libraries",
+    "compare_package": ".export", "export_package": ".export", "load_package": ".export", "read_golden": ".export",
+    "read_spec": ".export", "verify_package": ".export", "load_ops_library": ".libraries",
+    "ExportError": ".errors", "CpuVariantError": ".errors", "DynamicShapesError": ".errors", "OpsLibraryError": ".errors",
 }
 
 __all__ = sorted(_LAZY)

@@ -215,6 +215,40 @@ def _cmd_verify(args) -> int:
     return EXIT_OK if all(r["passed"] for r in report) else EXIT_MISMATCH
 
 
+def _case_inputs(path: Path) -> tuple:
+    import torch
+    try:
+        value = torch.load(path, weights_only=True)
+    except FileNotFoundError:
+        raise UsageError(f"--input {path}: no such file") from None
+    except Exception as e:
+        raise UsageError(f"--input {path}: not a file torch.load reads ({type(e).__name__})") from None
+    if isinstance(value, torch.Tensor):
+        return (value,)
+    if isinstance(value, (list, tuple)) and value and all(isinstance(t, torch.Tensor) for t in value):
+        return tuple(value)
+    raise UsageError(f"--input {path}: expected torch.save of a tensor or of a list of tensors (one case's inputs), "
+                     f"got {type(value).__name__}")
+
+
+def _cmd_compare(args) -> int:
+    from .export import compare_package
+    _load_ops_libraries(args)
+    model, example = _load_factory(args.model)
+    cases = [_case_inputs(p) for p in args.input] if args.input else [example]
+    report = compare_package(args.package, model, cases)
+    if not report:
+        print(f"{args.package}: none of its CPU variants runs on this machine; nothing was compared", file=sys.stderr)
+        return EXIT_MISMATCH
+    for r in report:
+        status = "ok  " if r["passed"] else "FAIL"
+        shape = "x".join(map(str, r["shape"])) or "scalar"
+        print(f"{status} {r['variant']:<8} case {r['case']}  output {r['output']}  {r['dtype']:<8} {shape:<16} "
+              f"max abs {r['max_abs_error']:.3g}  max err/scale {r['max_scaled_error']:.3g}"
+              + (f"  {r['reason']}" if r["reason"] else ""))
+    return EXIT_OK if all(r["passed"] for r in report) else EXIT_MISMATCH
+
+
 def _cmd_new_op(args) -> int:
     from .scaffold import ScaffoldError, write_project
     try:
@@ -223,6 +257,16 @@ def _cmd_new_op(args) -> int:
         raise UsageError(str(e)) from None
     for f in files:
         print(f)
+    return EXIT_OK
+
+
+def _cmd_fetch_target(args) -> int:
+    from .cpu import CpuVariantError
+    from .targets import fetch_target
+    try:
+        print(fetch_target(args.target, args.wheel))
+    except CpuVariantError as e:
+        raise UsageError(str(e)) from None
     return EXIT_OK
 
 
@@ -255,8 +299,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "avx2,avx512 runs on any AVX2 host and at full speed on AVX-512 ones; neon: aarch64")
     p.add_argument("--target", type=_targets, default=None, metavar="TARGET[,TARGET...]",
                    help="where the package runs: host (the default), linux-x86_64, linux-aarch64, or several in one "
-                        "package (e.g. linux-x86_64,linux-aarch64); other arches are cross-compiled (needs "
-                        "PT2RT_TORCH_LINUX_AARCH64, see docs/edge.md) and verified on the target with pt2run verify")
+                        "package (e.g. linux-x86_64,linux-aarch64); other arches are cross-compiled (their libtorch: "
+                        "fetch-target, see docs/edge.md) and verified on the target with pt2run verify")
     p.add_argument("--golden-max-mb", type=float, default=16, metavar="MIB",
                    help="keep the golden cases' tensors within MIB (default 16; cases past it are left out, the "
                         "example is always kept)")
@@ -297,6 +341,21 @@ def build_parser() -> argparse.ArgumentParser:
                         "found without it")
     p.set_defaults(func=_cmd_verify)
 
+    p = sub.add_parser("compare", parents=[common], help="compare a package with the eager model on the same inputs",
+                       description="Run the package (each CPU variant this machine runs) and the eager model "
+                                   "MODULE:FACTORY on the same inputs and print, per output, the max abs error and the "
+                                   "max error relative to the output's magnitude. Exit 1 when one is outside the "
+                                   "package's golden tolerances.")
+    p.add_argument("package", type=Path)
+    p.add_argument("--model", required=True, metavar="MODULE:FACTORY")
+    p.add_argument("--input", action="append", type=Path, metavar="FILE.pt",
+                   help="one case's inputs: torch.save of a tensor, or of a list of tensors (repeatable; default: the "
+                        "factory's example inputs)")
+    p.add_argument("--ops-library", action="append", metavar="PATH",
+                   help="an ops library to load first (repeatable); libraries the model's own imports load are "
+                        "found without it")
+    p.set_defaults(func=_cmd_compare)
+
     p = sub.add_parser("new-op", parents=[common], help="write a buildable ops project for your own operator",
                        description="Write DIR with a CMake project (pt2rt_add_ops_library), NAMESPACE::OP's schema and "
                                    "CPU/CUDA kernels to edit, a Python package <namespace>_ops that loads the library "
@@ -304,6 +363,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", metavar="NAMESPACE::OP")
     p.add_argument("--out", required=True, type=Path, metavar="DIR", help="a new (or empty) directory")
     p.set_defaults(func=_cmd_new_op)
+
+    p = sub.add_parser("fetch-target", parents=[common], help="get another architecture's libtorch for --target",
+                       description="Unpack TARGET's libtorch of this torch's version (headers and CPU libraries of its "
+                                   "torch wheel, ~300 MB) into the per-machine folder export --target TARGET looks in "
+                                   "(PT2RT_TARGETS_DIR, default ~/.cache/pt2rt/targets); prints that folder. Once per "
+                                   "machine and torch version.")
+    p.add_argument("target", choices=["linux-aarch64"])
+    p.add_argument("--wheel", type=Path, metavar="FILE",
+                   help="the target's torch wheel, already downloaded (default: pip download from the package index)")
+    p.set_defaults(func=_cmd_fetch_target)
     return parser
 
 

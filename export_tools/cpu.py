@@ -26,6 +26,8 @@ import torch
 from torch._inductor import config as inductor_config
 from torch._inductor import cpp_builder, cpu_vec_isa
 
+from .errors import CpuVariantError
+
 NATIVE = "native"
 # name -> (-march for every file of the compile, inductor vector ISA class or None for scalar code)
 PORTABLE_X86 = {
@@ -43,10 +45,6 @@ HOST = "host"
 # Compiler macros that name an ISA extension but not as __NAME__ -> NAME.
 _MACRO_ALIASES = {"__GCC_HAVE_SYNC_COMPARE_AND_SWAP_16": "cx16"}
 _FEATURE_MACRO = re.compile(r"^__([A-Z0-9_]+)__$")
-
-
-class CpuVariantError(Exception):
-    """A variant that cannot be compiled here, said in one line."""
 
 
 class _PortableAVX512(cpu_vec_isa.VecAVX512):

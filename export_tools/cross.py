@@ -7,8 +7,8 @@ carry the build machine's paths (they are not used; the flags are).
 
 Where the tools are (linux-aarch64):
   PT2RT_CXX_LINUX_AARCH64    the C++ cross compiler (default: aarch64-linux-gnu-g++ on PATH)
-  PT2RT_TORCH_LINUX_AARCH64  the target's libtorch: a folder with include/ and lib/libtorch_cpu.so, e.g. the `torch`
-                             folder of the libtorch Conan package for armv8 (scripts/cross-build.sh prints it)
+  the target's libtorch      as export_tools.targets finds it: PT2RT_TORCH_LINUX_AARCH64, else what
+                             `python -m export_tools fetch-target linux-aarch64` unpacked
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cpu import CpuVariantError
+from .errors import CpuVariantError
+from .targets import target_torch
 
 MODEL_DIR = "data/aotinductor/model/"
 _TRIPLETS = {"linux-aarch64": "aarch64-linux-gnu"}
@@ -49,14 +50,7 @@ def toolchain(target: str) -> Toolchain:
     if cxx is None:
         raise CpuVariantError(f"target {target} needs the C++ cross compiler {cxx_name} (apt-get install "
                               f"g++-{triplet}, or set PT2RT_CXX_{key})")
-    torch_dir = os.environ.get(f"PT2RT_TORCH_{key}")
-    if not torch_dir:
-        raise CpuVariantError(f"target {target} needs that target's libtorch: set PT2RT_TORCH_{key} to a folder with "
-                              f"include/ and lib/libtorch_cpu.so (scripts/cross-build.sh makes one and prints it)")
-    torch = Path(torch_dir)
-    if not (torch / "include" / "torch").is_dir() or not (torch / "lib" / "libtorch_cpu.so").is_file():
-        raise CpuVariantError(f"PT2RT_TORCH_{key}={torch_dir} is not a libtorch folder (expected include/torch and "
-                              f"lib/libtorch_cpu.so)")
+    torch = target_torch(target)
     objcopy = shutil.which(f"{triplet}-objcopy") or shutil.which(str(Path(cxx).with_name(f"{triplet}-objcopy")))
     if objcopy is None:
         raise CpuVariantError(f"target {target} needs {triplet}-objcopy (binutils-{triplet})")

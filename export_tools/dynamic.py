@@ -16,9 +16,7 @@ from typing import Any, Sequence
 import torch
 from torch.export.dynamic_shapes import Dim, _DerivedDim, _DimHint
 
-
-class DynamicShapesError(ValueError):
-    """What is wrong with the dynamic dims asked for, in one line."""
+from .errors import DynamicShapesError
 
 
 def _is_dim(v: Any) -> bool:

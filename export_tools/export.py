@@ -14,6 +14,7 @@ import os
 import shutil
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -22,6 +23,7 @@ import torch
 from . import cpu, dynamic, libraries
 from . import golden as _golden
 from ._version import read as _version
+from .errors import CpuVariantError, ExportError
 
 log = logging.getLogger("export_tools")
 
@@ -31,10 +33,6 @@ GOLDEN_RECORD = "pt2rt/golden.pt"        # golden cases, relative to the archive
 DEVICES = ("cpu", "cuda")
 _BUILTIN_NAMESPACES = {"aten", "prims", "prim", "higher_order", "_c10d_functional", "c10d_functional", "quantized",
                        "_quantized", "mkldnn", "onednn", "_inductor_test", "inductor", "profiler"}
-
-
-class ExportError(Exception):
-    """A problem with what the caller asked for, said in one line; nothing was written."""
 
 
 @contextlib.contextmanager
@@ -94,27 +92,22 @@ def export_package(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor
     if golden_max_mb is not None and (isinstance(golden_max_mb, bool) or not isinstance(golden_max_mb, (int, float))
                                       or not golden_max_mb > 0):
         raise ExportError(f"expected golden_max_mb as a number of MiB > 0 (or None), got {golden_max_mb!r}")
-    try:
-        dims = dynamic.normalize(model, inputs, dynamic_batch, dynamic_shapes)
-    except dynamic.DynamicShapesError as e:
-        raise ExportError(str(e)) from None
-    try:
-        for library in ops_libraries:
-            libraries.load_ops_library(library)
-    except libraries.OpsLibraryError as e:
-        raise ExportError(str(e)) from None
-    try:
-        variant_names = cpu.plan(target, cpu_isa) if device == "cpu" else [cpu.NATIVE]
-    except cpu.CpuVariantError as e:
-        raise ExportError(str(e)) from None
+    dims = dynamic.normalize(model, inputs, dynamic_batch, dynamic_shapes)
+    for library in ops_libraries:
+        libraries.load_ops_library(library)
+    variant_names = cpu.plan(target, cpu_isa) if device == "cpu" else [cpu.NATIVE]
     if device != "cpu" and cpu_isa is not None:
         raise ExportError(f"cpu_isa applies to CPU packages; this is a {device} package")
     if device != "cpu" and target is not None and cpu.parse_targets(target) != [cpu.host_target()]:
         raise ExportError(f"target applies to CPU packages; a {device} package runs where it was compiled")
     was_training = model.training
     try:
-        return _export_checked(model, inputs, path, device, dims, golden, metadata, tolerances, variant_names,
-                               allow_degenerate_golden, golden_max_mb, given)
+        with warnings.catch_warnings():
+            # torch warning about its own internals on the way (pytree's LeafSpec): nothing the caller can act on
+            warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                                    category=FutureWarning)
+            return _export_checked(model, inputs, path, device, dims, golden, metadata, tolerances, variant_names,
+                                   allow_degenerate_golden, golden_max_mb, given)
     finally:
         model.train(was_training)  # the caller's module leaves as it came (eval() is in place)
 
@@ -399,10 +392,7 @@ def _class_name(obj: Any) -> str:
 
 
 def _library_for(namespace: str) -> str:
-    try:
-        return libraries.provider_of(namespace).name
-    except libraries.OpsLibraryError as e:
-        raise ExportError(str(e)) from None
+    return libraries.provider_of(namespace).name
 
 
 def _dims(t: torch.Tensor, ep: torch.export.ExportedProgram, names: dict, is_input: bool
@@ -412,10 +402,7 @@ def _dims(t: torch.Tensor, ep: torch.export.ExportedProgram, names: dict, is_inp
         if isinstance(size, int):
             shape.append(size)
             continue
-        try:
-            entry = dynamic.describe(size.node.expr, names, ep, is_input)
-        except dynamic.DynamicShapesError as e:
-            raise ExportError(str(e)) from None
+        entry = dynamic.describe(size.node.expr, names, ep, is_input)
         shape.append(-1)
         dyn.append({"dim": d, **entry})
     return shape, dyn
@@ -495,8 +482,8 @@ def _compile(ep, out: Path, name: str) -> cpu.Variant:
                                             "aot_inductor.precompile_headers": False}):
                     torch._inductor.aoti_compile_and_package(ep, package_path=str(sources))
                 cross.finish(sources, out, tc, variant.arch, variant.flags)
-    except cpu.CpuVariantError as e:
-        raise ExportError(str(e)) from None
+    except CpuVariantError:  # the cross tools: its own message says what is missing
+        raise
     except Exception as e:
         raise ExportError(f"aoti_compile_and_package failed for cpu_isa {name}: {_first_line(e)}") from e
     return variant
@@ -683,4 +670,47 @@ def verify_package(package_path: str | os.PathLike,
                 actual, case.outputs, table, set(spec["golden"].get("degenerate_outputs", ())))
             report.append({"variant": variant["isa"], "name": case.name, "passed": passed, "max_abs_error": max_abs,
                            "max_scaled_error": max_scaled, "reason": reason})
+    return report
+
+
+def compare_package(package_path: str | os.PathLike, model: torch.nn.Module,
+                    cases: Sequence[Sequence[torch.Tensor]]) -> list[dict[str, Any]]:
+    """The package (each CPU variant this machine runs; a CUDA package's one) against the eager `model` on the same
+    inputs: one entry per variant, case and output, with the max abs error, the max error relative to the output's
+    magnitude, and whether it is within the package's golden tolerances."""
+    spec = read_spec(package_path)
+    libraries.check_registered(spec)
+    table = {k: (v["rtol"], v["atol"], v.get("atol_rel")) for k, v in spec["golden"]["tolerances"].items()}
+    degenerate = set(spec["golden"].get("degenerate_outputs", ()))
+    names = [i["name"] for i in spec["inputs"]]
+    model = model.eval()
+    expected = []
+    for index, inputs in enumerate(cases):
+        if len(inputs) != len(names):
+            raise ExportError(f"case {index}: {len(inputs)} inputs, the package takes {len(names)} "
+                              f"({', '.join(names)})")
+        try:
+            with torch.no_grad():
+                expected.append([t.detach().cpu().clone() for t in _flatten_outputs(model(*inputs))])
+        except Exception as e:
+            raise ExportError(f"case {index}: the eager model failed: {_first_line(e)}") from e
+    report = []
+    for variant in spec["variants"]:
+        if spec["device"] == "cpu" and cpu.runs_here(variant["arch"], variant["cpu_features"]):
+            continue
+        runner = load_package(package_path, variant["isa"])
+        for index, (inputs, eager) in enumerate(zip(cases, expected)):
+            try:
+                with torch.no_grad():
+                    actual = _flatten_outputs(runner(*[t.to(spec["device"]) for t in inputs]))
+            except Exception as e:
+                raise ExportError(f"case {index}: the package ({variant['isa']}) did not run: {_first_line(e)}") from e
+            if len(actual) != len(eager):
+                raise ExportError(f"case {index}: the package gives {len(actual)} outputs, the model {len(eager)}")
+            for i, (a, e) in enumerate(zip(actual, eager)):
+                passed, max_abs, max_scaled, reason = _golden.compare([a], [e], table,
+                                                                      {0} if i in degenerate else set())
+                report.append({"variant": variant["isa"], "case": index, "output": i, "shape": list(e.shape),
+                               "dtype": _golden.dtype_name(e.dtype), "passed": passed, "max_abs_error": max_abs,
+                               "max_scaled_error": max_scaled, "reason": reason.removeprefix("output 0: ")})
     return report

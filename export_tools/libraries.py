@@ -15,9 +15,7 @@ from pathlib import Path
 
 import torch
 
-
-class OpsLibraryError(RuntimeError):
-    """An ops library could not be loaded, or which library provides a namespace is not known."""
+from .errors import OpsLibraryError
 
 
 _lock = threading.Lock()

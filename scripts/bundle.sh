@@ -13,7 +13,6 @@ fi
 CROSS_BUILD_DIR=$ROOT/build/aarch64-$build_type_lc
 torch_dir=$(sed -n 's/^Torch_DIR:PATH=//p' "$CROSS_BUILD_DIR/CMakeCache.txt")
 TORCH=$(cd "$torch_dir/../../.." && pwd)
-export PT2RT_TORCH_LINUX_AARCH64=$TORCH
 DIST=$ROOT/dist-$TARGET
 
 log "install -> dist-$TARGET/"

@@ -22,16 +22,19 @@ CROSS_BUILD_DIR=$ROOT/build/aarch64-$build_type_lc
 ensure_debian_packages g++-aarch64-linux-gnu qemu-user libssl-dev:arm64
 
 # PyPI's aarch64 wheels (the libtorch recipe checks their SHA-256) -----------------------------------------------
-WHEELS=$ROOT/build/wheels-linux-aarch64
+# one download per machine, not per clone (~440 MB; the recipe checks each file's SHA-256)
+WHEELS=${PT2RT_WHEELS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/pt2rt/wheels-linux-aarch64}
 mkdir -p "$WHEELS"
 wanted=(torch==2.13.0 nvidia-cuda-runtime==13.0.96 nvidia-cuda-cupti==13.0.85)
 if ! compgen -G "$WHEELS/torch-2.13.0-*aarch64.whl" >/dev/null || ! compgen -G "$WHEELS/nvidia_cuda_runtime-13.0.96-*.whl" >/dev/null \
    || ! compgen -G "$WHEELS/nvidia_cuda_cupti-13.0.85-*.whl" >/dev/null; then
-  log "pip download ${wanted[*]} (linux-aarch64) -> build/wheels-linux-aarch64"
+  log "pip download ${wanted[*]} (linux-aarch64) -> $WHEELS"
   "$PYTHON" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: --python-version 3.11 \
     --platform manylinux_2_28_aarch64 --platform manylinux_2_25_aarch64 --platform manylinux_2_17_aarch64 \
     --platform manylinux2014_aarch64 -d "$WHEELS" "${wanted[@]}"
 fi
+# The same wheel's libtorch where export --target linux-aarch64 finds it with no settings (export_tools/targets.py)
+fetched=$("$PYTHON" -m export_tools -q fetch-target linux-aarch64 --wheel "$(compgen -G "$WHEELS/torch-2.13.0-*aarch64.whl" | head -1)")
 
 # Conan: the same recipes, the target's settings ----------------------------------------------------------------
 conan=$VENV/bin/conan
@@ -53,5 +56,4 @@ if [ ! -f "$CROSS_BUILD_DIR/CMakeCache.txt" ]; then
 fi
 log "cmake --build --preset $preset"
 (cd "$ROOT" && cmake --build --preset "$preset")
-torch_dir=$(sed -n 's/^Torch_DIR:PATH=//p' "$CROSS_BUILD_DIR/CMakeCache.txt")
-log "the aarch64 libtorch, for export --target linux-aarch64: PT2RT_TORCH_LINUX_AARCH64=$(cd "$torch_dir/../../.." && pwd)"
+log "the aarch64 libtorch export --target linux-aarch64 links against: $fetched"

@@ -15,7 +15,9 @@ if [ "$FLAVOUR" = cuda ] && [ "${PYTEST_SET:-}" != all ] && ! "$PYTHON" -c 'impo
   pytest_args=(ops/tests tests/python/test_export.py tests/python/test_cli.py)
 fi
 log "pytest ($FLAVOUR${pytest_args:+: ${pytest_args[*]}})"
-(cd "$ROOT" && IDENTITY_CONV_OPS_LIBRARY=$BUILD_DIR/lib/libidentity_conv_ops.so "$PYTHON" -m pytest -q -p no:cacheprovider \
+# PT2RT_TEST_PACKAGES_DIR: what ctest exported just now, which pytest's `exported` takes where it asks the same
+(cd "$ROOT" && IDENTITY_CONV_OPS_LIBRARY=$BUILD_DIR/lib/libidentity_conv_ops.so \
+   PT2RT_TEST_PACKAGES_DIR=$BUILD_DIR/test-packages "$PYTHON" -m pytest -q -p no:cacheprovider \
    --durations=15 --durations-min=10 "${pytest_args[@]}") || status=1
 if [ "$FLAVOUR" = cpu ]; then
   log "x86-64 host classes, emulated (scripts/test-x86-hosts.sh; every gtest there: make test-x86-hosts)"

@@ -1,5 +1,6 @@
 """linux-aarch64 packages from this x86-64 machine, run by the cross-built pt2run under qemu (scripts/test-aarch64.sh
-runs this file after scripts/cross-build.sh; it sets PT2RT_CROSS_BUILD_DIR and PT2RT_TORCH_LINUX_AARCH64)."""
+runs this file after scripts/cross-build.sh, which fetched the aarch64 libtorch (fetch-target); it sets
+PT2RT_CROSS_BUILD_DIR)."""
 
 from __future__ import annotations
 

@@ -33,9 +33,11 @@ from export_tools.export import SPEC_KEY
 PLACES_NOT_SHAPING = {"TORCHINDUCTOR_CACHE_DIR"}
 
 
-def fingerprint(probe_ops: Path, target: str | None) -> str:
+def fingerprint(probe_ops: Path, target: str | None, cpu_identity: str | None = None) -> str:
     """Everything that shapes the packages: the sources and libraries that make them, and what the compile sees of
-    this machine (the CPU as torch and the compiler see it - an emulated host is another machine - and the compiler)."""
+    this machine (the CPU as torch and the compiler see it - an emulated host is another machine - and the compiler).
+    cpu_identity: what the CPU is, given by the caller in place of asking torch and the compiler here (an emulated
+    CPU's, looked up natively)."""
     from export_tools import cpu
     h = hashlib.sha256(torch.__version__.encode() + str(target).encode())
     sources = sorted(Path(export_tools.__file__).parent.glob("*.py")) + sorted(Path(my_ops.__file__).parent.glob("*.py"))
@@ -43,8 +45,9 @@ def fingerprint(probe_ops: Path, target: str | None) -> str:
         h.update(path.read_bytes())
     # the compiler by what it says it is, not by its path (scripts/emulate-x86.sh puts a wrapper in a new folder)
     version = subprocess.run([os.environ.get("CXX", "g++"), "--version"], capture_output=True, text=True).stdout
-    h.update(json.dumps([cpu.host_arch(), torch.backends.cpu.get_cpu_capability(), sorted(cpu.host_features()),
-                         version, sorted((k, v) for k, v in os.environ.items()
+    cpu_seen = [cpu_identity] if cpu_identity else [cpu.host_arch(), torch.backends.cpu.get_cpu_capability(),
+                                                     sorted(cpu.host_features())]
+    h.update(json.dumps([*cpu_seen, version, sorted((k, v) for k, v in os.environ.items()
                                          if k.startswith("TORCHINDUCTOR_") and k not in PLACES_NOT_SHAPING)]).encode())
     return h.hexdigest()
 
@@ -159,25 +162,32 @@ def main():
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--probe-ops", required=True, type=Path, help="libpt2rt_probe_ops.so (tests/cpp/probe_ops.cpp)")
     parser.add_argument("--target", default=None, help="export_package's target for every package")
+    parser.add_argument("--cpu-identity", default=None,
+                        help="what the CPU is (scripts/test-x86-hosts.sh: the emulated compiler's -march=native)")
+    parser.add_argument("--cache-only", action="store_true",
+                        help="take the packages from the machine's cache or exit 3; export nothing")
     args = parser.parse_args()
     global export_package
     export_package = functools.partial(export_package, target=args.target)
     out = args.out
     stamp = out / "fingerprint"
-    fp = fingerprint(args.probe_ops, args.target)
+    fp = fingerprint(args.probe_ops, args.target, args.cpu_identity)
     if stamp.is_file() and stamp.read_text() == fp:
         print(f"test packages in {out} are up to date")
         return 0
     cache = machine_cache()
     if from_cache(cache, fp, out):
         return 0
+    if args.cache_only:
+        print(f"test packages for {out}: not in this machine's cache")
+        return 3
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
 
     model, inputs = models.identity_conv_net()
     net = export_package(model, inputs, out / "net_dynamic.pt2", dynamic_batch=(1, 32),
-                         cpu_isa=("avx2", "avx512", "default"))
+                         cpu_isa=("avx2", "avx512", "default"), metadata={"purpose": "tests"})  # pytest's too
     op_model, op_inputs = models.identity_conv_op_only()
     export_package(op_model, op_inputs, out / "op_static.pt2")
     for name, factory in (("net_fp16", models.identity_conv_net_fp16), ("net_bf16", models.identity_conv_net_bf16)):

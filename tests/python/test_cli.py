@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 
 from packages import copy_package
 
@@ -214,6 +215,45 @@ def test_quiet_prints_no_progress(capsys, tmp_path, user_module):
     code, _, err = run_cli(capsys, "-q", "export", "--model", f"{user_module}:batch_four", "--out",
                            str(tmp_path / "m.pt2"), "--dynamic-batch", "1:32")
     assert code == 2 and "done in" not in err and "export ..." not in err
+
+
+def test_compare_runs_the_package_and_the_eager_model_on_the_same_inputs(capsys, tmp_path, exported, monkeypatch):
+    """`compare`: each variant this machine runs against the factory's eager model, per output, on the cases given
+    (or the example); a model that computes something else fails with exit 1; bad inputs are one-line errors."""
+    from export_tools import cpu, read_spec
+
+    path, _, _ = exported("net_dynamic")
+    here = [v["isa"] for v in read_spec(path)["variants"] if not cpu.runs_here(v["arch"], v["cpu_features"])]
+    torch.save(torch.randn(3, 3, 32, 32), tmp_path / "x.pt")
+    torch.save([torch.randn(5, 3, 32, 32)], tmp_path / "list.pt")
+    model = ("--model", "export_tools.models:identity_conv_net")
+    code, out, err = run_cli(capsys, "-q", "compare", str(path), *model, "--input", str(tmp_path / "x.pt"),
+                             "--input", str(tmp_path / "list.pt"))
+    assert code == 0, err
+    lines = out.splitlines()
+    assert [(line.split()[:3]) for line in lines] == [["ok", v, "case"] for v in here for _ in range(2)], out
+    assert all("float32" in line and "max err/scale" in line for line in lines), out
+    assert "3x8x32x32" in lines[0] and "5x8x32x32" in lines[1], out
+    code, out, _ = run_cli(capsys, "-q", "compare", str(path), *model)  # the factory's example
+    assert code == 0 and len(out.splitlines()) == len(here), out
+
+    (tmp_path / "shifted.py").write_text(
+        "import torch\nfrom export_tools import models\n\n"
+        "class Shifted(torch.nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.net, _ = models.identity_conv_net()\n\n"
+        "    def forward(self, x):\n        return self.net(x) + 0.5\n\n"
+        "def factory():\n    return Shifted(), models.identity_conv_net()[1]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, out, _ = run_cli(capsys, "-q", "compare", str(path), "--model", "shifted:factory")
+    assert code == 1 and all(line.startswith("FAIL") and "max abs 0.5" in line for line in out.splitlines()), out
+
+    torch.save("text", tmp_path / "text.pt")
+    torch.save([torch.randn(1, 3, 32, 32)] * 2, tmp_path / "two.pt")
+    for given, message in ((tmp_path / "absent.pt", "no such file"),
+                           (tmp_path / "text.pt", "expected torch.save of a tensor or of a list of tensors"),
+                           (tmp_path / "two.pt", "case 0: 2 inputs, the package takes 1 (x)")):
+        code, _, err = run_cli(capsys, "-q", "compare", str(path), *model, "--input", str(given))
+        assert_usage_error(code, err, message)
 
 
 def test_verify_exits_1_when_a_golden_case_does_not_match(capsys, tmp_path, exported):

@@ -3,8 +3,10 @@ its own ISA only."""
 
 import subprocess
 import zipfile
+from pathlib import Path
 
 import pytest
+import torch
 from torch._inductor import cpu_vec_isa
 
 from export_tools import cpu, read_spec
@@ -19,6 +21,7 @@ TORCH_ISA_ARCH = {
 X86_64_V3 = {"avx", "avx2", "bmi", "bmi2", "crc32", "cx16", "f16c", "fma", "lahf_sahf", "lzcnt", "movbe", "popcnt",
              "sse3", "sse4_1", "sse4_2", "ssse3", "xsave"}
 AVX512_BASE = {"avx512f", "avx512dq", "avx512vl", "avx512bw"}
+TORCH_VERSION = torch.__version__.split("+")[0]
 
 
 def test_every_torch_isa_class_is_classified():
@@ -101,21 +104,21 @@ def test_each_variant_library_holds_code_of_its_own_isa_only(exported, tmp_path)
     assert registers == {"avx512": (True, True), "avx2": (False, True), "default": (False, False)}
 
 
-def test_same_graph_other_weights_gets_its_own_code_in_every_variant(exported, tmp_path):
+def test_same_graph_other_weights_gets_its_own_code_in_every_variant(tmp_path):
     """Inductor's cache can hand a compile another compile's generated code (same graph, other constants).
-    A second model shaped like net_dynamic, with other weights, compiled right after it for the same variants: each
-    variant must be its own library and reproduce its own eager model (export verifies every variant this CPU runs;
-    the runtime forces each one below)."""
+    net_dynamic's model, then one shaped like it with other weights, compiled one right after the other in this
+    process for the same variants: each variant must be its own library and reproduce its own eager model (export
+    verifies every variant this CPU runs; the runtime forces each one below)."""
     import torch
     from export_tools import export_package, load_package, models
 
-    first, _, _ = exported("net_dynamic")
+    isas = ("avx2", "default")
     model, (x,) = models.identity_conv_net()
+    first = export_package(model, (x,), tmp_path / "first.pt2", dynamic_batch=(1, 32), cpu_isa=isas, golden=2)
     with torch.no_grad():
         model.conv.weight.neg_()
         model.depthwise.set_weight(model.depthwise.get_weight().flip(-1))
-    second = export_package(model, (x,), tmp_path / "other.pt2", dynamic_batch=(1, 32),
-                            cpu_isa=("avx2", "avx512", "default"), golden=2)
+    second = export_package(model, (x,), tmp_path / "other.pt2", dynamic_batch=(1, 32), cpu_isa=isas, golden=2)
     a, b = read_spec(first)["variants"], read_spec(second)["variants"]
     assert [v["isa"] for v in a] == [v["isa"] for v in b]
     assert all(va["sha256"] != vb["sha256"] for va, vb in zip(a, b))
@@ -154,12 +157,64 @@ def test_bad_targets_are_one_line_errors(target, cpu_isa, message):
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
-def test_cross_target_without_its_libtorch_says_what_to_set(monkeypatch):
+def test_cross_target_without_its_libtorch_says_what_to_run(monkeypatch, tmp_path):
     from export_tools import cross
     monkeypatch.delenv("PT2RT_TORCH_LINUX_AARCH64", raising=False)
+    monkeypatch.setenv("PT2RT_TARGETS_DIR", str(tmp_path))  # nothing fetched
     monkeypatch.setenv("PT2RT_CXX_LINUX_AARCH64", "no-such-compiler-g++")
     with pytest.raises(cpu.CpuVariantError, match="needs the C\\+\\+ cross compiler no-such-compiler-g\\+\\+"):
         cross.toolchain("linux-aarch64")
     monkeypatch.setenv("PT2RT_CXX_LINUX_AARCH64", "g++")  # any compiler: the libtorch check comes next
-    with pytest.raises(cpu.CpuVariantError, match="set PT2RT_TORCH_LINUX_AARCH64"):
+    with pytest.raises(cpu.CpuVariantError, match=f"libtorch {TORCH_VERSION}: run `python -m export_tools "
+                                                  "fetch-target linux-aarch64`"):
         cross.toolchain("linux-aarch64")
+    monkeypatch.setenv("PT2RT_TORCH_LINUX_AARCH64", str(tmp_path / "nothing"))
+    with pytest.raises(cpu.CpuVariantError, match="is not a libtorch folder"):
+        cross.toolchain("linux-aarch64")
+
+
+def _wheel(path: Path, machine: int) -> Path:
+    """A stand-in torch wheel: a header and libraries whose ELF header names `machine` (183: aarch64, 62: x86-64)."""
+    elf = b"\x7fELF" + bytes(14) + machine.to_bytes(2, "little") + bytes(44)
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("torch/__init__.py", "")
+        zf.writestr("torch/include/torch/script.h", "// a header\n")
+        for lib in ("libtorch_cpu.so", "libc10.so", "libgomp.so.1", "libtorch_cuda.so", "libc10_cuda.so",
+                    "libtorch_python.so", "libshm.so"):
+            zf.writestr(f"torch/lib/{lib}", elf)
+    return path
+
+
+def test_fetch_target_unpacks_the_libtorch_export_then_finds(monkeypatch, tmp_path, capsys):
+    """fetch-target --wheel: the headers and CPU libraries of a target's torch wheel of this torch's version, unpacked
+    once into the per-machine folder, where cross.toolchain finds them with no setting; wrong wheels are one-line
+    errors that leave nothing behind."""
+    from export_tools import targets
+    from export_tools.__main__ import main
+    monkeypatch.delenv("PT2RT_TORCH_LINUX_AARCH64", raising=False)
+    monkeypatch.setenv("PT2RT_TARGETS_DIR", str(tmp_path / "targets"))
+    tag = "cp311-cp311-manylinux_2_28"
+    (tmp_path / "x86").mkdir()
+    bad = {
+        tmp_path / "absent.whl": "does not exist",
+        _wheel(tmp_path / f"torch-1.0.0-{tag}_aarch64.whl", 183): f"is not a torch {TORCH_VERSION} wheel",
+        _wheel(tmp_path / f"torch-{TORCH_VERSION}-{tag}_x86_64.whl", 62): "is not a wheel for linux-aarch64",
+        _wheel(tmp_path / "x86" / f"torch-{TORCH_VERSION}-{tag}_aarch64.whl", 62): "libtorch_cpu.so is not built for "
+                                                                                   "linux-aarch64",
+    }
+    for wheel, message in bad.items():
+        code = main(["fetch-target", "linux-aarch64", "--wheel", str(wheel)])
+        err = capsys.readouterr().err
+        assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+        assert [p for p in (tmp_path / "targets").rglob("*") if p.is_file()] == []
+
+    good = _wheel(tmp_path / f"torch-{TORCH_VERSION}-{tag}_aarch64.whl", 183)
+    assert main(["fetch-target", "linux-aarch64", "--wheel", str(good)]) == 0
+    fetched = Path(capsys.readouterr().out.strip())
+    assert fetched == tmp_path / "targets" / "linux-aarch64" / f"torch-{TORCH_VERSION}" / "torch"
+    assert sorted(p.name for p in (fetched / "lib").iterdir()) == ["libc10.so", "libgomp.so.1", "libtorch_cpu.so"]
+    assert (fetched / "include" / "torch" / "script.h").is_file()
+    assert targets.target_torch("linux-aarch64") == fetched
+    # once per machine: a second fetch finds it and downloads nothing
+    monkeypatch.setattr(targets, "_download", lambda *a: pytest.fail("downloaded again"))
+    assert main(["fetch-target", "linux-aarch64"]) == 0 and Path(capsys.readouterr().out.strip()) == fetched

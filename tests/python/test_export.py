@@ -80,9 +80,9 @@ def test_golden_cases_round_trip(exported):
     path, model, inputs = exported("net_dynamic")
     cases = read_golden(path)
     assert [c.name for c in cases] == read_spec(path)["golden"]["names"]
-    assert len(cases) == 5
+    assert len(cases) == 4
     assert cases[0].name == "example" and torch.equal(cases[0].inputs[0], inputs[0])
-    assert [c.inputs[0].shape[0] for c in cases[1:]] == [1, 32, 11, 22]  # min, max, then between
+    assert [c.inputs[0].shape[0] for c in cases[1:]] == [1, 32, 17]  # min, max, then between
     with torch.no_grad():
         for case in cases:
             torch.testing.assert_close(case.outputs[0], model(*case.inputs))
@@ -260,10 +260,17 @@ def test_the_version_is_the_version_file(exported):
 
 def test_a_batch_one_example_exports_with_a_dynamic_batch(tmp_path):
     """torch.export specialises a size-1 example dim; the exporter traces with the example doubled instead. The
-    user's example stays the first golden case, batch 1 and 8 both run, and the caller's module keeps its mode."""
+    user's example stays the first golden case, batch 1 and 8 both run, and the caller's module keeps its mode.
+    Python's default warning filters show no FutureWarning of torch's internals on the way."""
+    import warnings
     model, (x,) = models.identity_conv_net()
     model.train()
-    path = export_package(model, (x[:1],), tmp_path / "bs1.pt2", dynamic_batch=(1, 8), golden=3, cpu_isa="default")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.resetwarnings()  # Python's defaults: FutureWarning shown, DeprecationWarning not
+        warnings.simplefilter("default", FutureWarning)
+        path = export_package(model, (x[:1],), tmp_path / "bs1.pt2", dynamic_batch=(1, 8), golden=3,
+                              cpu_isa="default")
+    assert [str(w.message) for w in caught if issubclass(w.category, FutureWarning)] == []
     assert model.training
     spec = read_spec(path)
     assert spec["inputs"][0]["shape"] == [-1, 3, 32, 32]
