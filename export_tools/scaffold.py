@@ -61,6 +61,7 @@ _CMAKE = """
 # lib@NS@_ops.so: the @NS@ ops, loadable by Python (import @NS@_ops) and by the pt2rt runtime alike.
 #   cmake -S . -B build -DCMAKE_PREFIX_PATH="<pt2rt dist>;$(python -c 'import torch; print(torch.utils.cmake_prefix_path)')"
 #   cmake --build build
+#   cmake --install build --prefix <pt2rt dist>   # lib/lib@NS@_ops.so next to libpt2rt.so, RUNPATH $ORIGIN
 cmake_minimum_required(VERSION 3.25)
 project(@NS@_ops LANGUAGES CXX)
 find_package(Torch REQUIRED)
@@ -70,6 +71,8 @@ endif()
 find_package(pt2rt REQUIRED)  # pt2rt_add_ops_library
 pt2rt_add_ops_library(@NS@_ops SOURCES csrc/@OP@.cpp csrc/@OP@_cuda.cu)
 set_target_properties(@NS@_ops PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})
+include(GNUInstallDirs)
+install(TARGETS @NS@_ops LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 """
 
 _CPU = """
@@ -228,5 +231,8 @@ kernel), `csrc/@OP@_cuda.cu` and the reference in `tests/test_@OP@.py` together.
 
 Use it from PyTorch with `import @NS@_ops`, export a model that calls `torch.ops.@NS@.@OP@` with
 `export-tools export` (it records `lib@NS@_ops.so` in the package), and run the package with
-`pt2run run PACKAGE --ops build/lib@NS@_ops.so ...` (or put the library next to libpt2rt.so / in `PT2RT_OPS_PATH`).
+`pt2run run PACKAGE --ops build/lib@NS@_ops.so ...`, or install the library next to libpt2rt.so, where the runtime
+finds it without `--ops` (its RUNPATH is `$ORIGIN`: it finds libtorch there too):
+
+    cmake --install build --prefix <pt2rt dist>
 """

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # A user's own operator, end to end, as docs/ops.md walks it: `export-tools new-op` writes a project, it builds
 # against an installed pt2rt (find_package(pt2rt), pt2rt_add_ops_library) and the venv's torch, its own tests
-# pass, a model using it and my_ops exports to one package, and pt2run runs that package - both libraries found
-# by --ops and by the documented search - equal to eager.
+# pass, a model using it and my_ops exports to one package, and pt2run runs that package - its own library by --ops
+# and my_ops by the search, then both by the search once installed beside the runtime - equal to eager.
 #   end_to_end.sh BUILD_DIR PYTHON
 set -euo pipefail
 BUILD=$1 PYTHON=$2
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/pt2rt-scaffold-XXXXXX")
+# One folder per build tree, at the same place in every clone: the compiler cache (CCACHE_BASEDIR, the checkout)
+# then hits what an earlier run compiled of the same sources.
+WORK=$BUILD/scaffold-end-to-end
+rm -rf "$WORK"
+mkdir -p "$WORK"
 trap 'rm -rf "$WORK"' EXIT
 cd "$WORK"
 CMAKE=$(dirname "$PYTHON")/cmake; [ -x "$CMAKE" ] || CMAKE=cmake
@@ -45,13 +49,16 @@ with torch.no_grad():
     torch.save(model(y), sys.argv[3])
 PY
 PYTHONPATH=proj/python "$PYTHON" export_both.py both.pt2 in.pt eager.pt
-echo "== pt2run, the libraries by --ops"
-"$BUILD/bin/pt2run" run both.pt2 --ops "$BUILD/lib/libidentity_conv_ops.so" --ops proj/build/libacme_ops.so \
-  --input in.pt --output out.pt
+echo "== pt2run, the new library by --ops (libidentity_conv_ops.so still found next to libpt2rt.so)"
+env -u PT2RT_OPS_PATH "$BUILD/bin/pt2run" run both.pt2 --ops proj/build/libacme_ops.so --input in.pt --output out.pt
 "$PYTHON" -c "
 import sys, torch
 torch.testing.assert_close(torch.load(sys.argv[1]), torch.load(sys.argv[2]), rtol=1.3e-6, atol=1e-5)
 print('pt2run output equals eager')" out.pt eager.pt
+echo "== cmake --install the op beside the runtime: lib/, RUNPATH \$ORIGIN"
+"$CMAKE" --install proj/build --prefix dist >/dev/null
+runpath=$(readelf -d dist/lib/libacme_ops.so | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p')
+[ "$runpath" = '$ORIGIN' ] || { echo "installed libacme_ops.so has RUNPATH '$runpath', expected \$ORIGIN"; exit 1; }
 echo "== pt2run, the libraries by the search (next to libpt2rt.so; PT2RT_OPS_PATH)"
-env -i PT2RT_OPS_PATH="$WORK/proj/build" "$BUILD/bin/pt2run" verify both.pt2
+env -i PT2RT_OPS_PATH="$WORK/dist/lib" "$BUILD/bin/pt2run" verify both.pt2
 echo "end to end: PASSED"
