@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job end to end: build, use the ops from Python, export the example models, install the relocatable
+# The main job end to end: build, use the ops from Python, export the example model, install the relocatable
 # bundle into dist/ and run the package there with pt2run - no Python.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 "$ROOT/scripts/build.sh"
@@ -18,9 +18,6 @@ CPU_ISA=default,avx2,avx512
 log "export identity_conv_net (dynamic batch 1..32, CPU variants $CPU_ISA) -> build/models/identity_conv_net.pt2"
 "$PYTHON" -m export_tools export --model export_tools.models:identity_conv_net \
   --out "$MODELS/identity_conv_net.pt2" --dynamic-batch 1:32 --cpu-isa "$CPU_ISA"
-log "export identity_conv_op_only (static, CPU variants $CPU_ISA) -> build/models/identity_conv_op_only.pt2"
-"$PYTHON" -m export_tools export --model export_tools.models:identity_conv_op_only \
-  --out "$MODELS/identity_conv_op_only.pt2" --cpu-isa "$CPU_ISA"
 
 log "what the package says about itself"
 "$PYTHON" -m export_tools inspect "$MODELS/identity_conv_net.pt2"

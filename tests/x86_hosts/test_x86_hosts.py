@@ -4,6 +4,7 @@ haswell (AVX2 only, x86-64-v3) and nehalem (no AVX, x86-64-v2). What runs emulat
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import subprocess
@@ -100,17 +101,22 @@ RUNS = [("native", "avx2"), ("native", "default"), ("haswell", None), ("haswell"
 
 @pytest.fixture(scope="module")
 def kernels(tmp_path_factory):
-    out = {}
-    for where, cap in RUNS:
-        path = tmp_path_factory.mktemp("kernels") / "out.pt"
+    paths = {run: tmp_path_factory.mktemp("kernels") / "out.pt" for run in RUNS}
+
+    def one(run):  # a process each: ATen reads ATEN_CPU_CAPABILITY once
+        where, cap = run
+        path = paths[run]
         env = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
         env |= {"IDENTITY_CONV_OPS_LIBRARY": str(OPS), **({"ATEN_CPU_CAPABILITY": cap} if cap else {})}
         argv = [sys.executable, "-c", KERNELS, str(path)]
         result = subprocess.run(argv if where == "native" else [str(EMULATE), where, *argv], capture_output=True,
                                 text=True, env=env, timeout=900)
         assert result.returncode == 0, result.stderr[-3000:]
-        out[(where, cap)] = {"outs": torch.load(path), "aten": torch.load(f"{path}.aten")}
-    return out
+        return {"outs": torch.load(path), "aten": torch.load(f"{path}.aten")}
+
+    # the emulated runs take minutes each (Python and torch imported under qemu): as many at once as there are cores
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        return dict(zip(RUNS, pool.map(one, RUNS)))
 
 
 def test_haswell_takes_the_avx2_kernels(kernels):
