@@ -146,8 +146,9 @@ const Case kCases[] = {
     // ops libraries
     {"ops_missing_path", "verify " + kNet + " --ops " + kP + "/libmissing.so", 4, "does not exist"},
     {"ops_not_a_library", "verify " + kNet + " --ops " + kP + "/net_input.pt", 4, "cannot load ops library"},
-    {"ops_lacks_the_ops", std::string("verify ") + kNet + " --ops " + PT2RT_LIBRARY, 4,
-     "op my_ops::identity_conv_op (from libidentity_conv_ops.so)"},
+    // a library given that lacks the ops, and the one the spec names found nowhere
+    {"ops_lacks_the_ops", "verify " + kP + "/bad/unknown_library.pt2 --ops " + PT2RT_LIBRARY, 4,
+     "and is not among the ops libraries given (" PT2RT_LIBRARY},
     {"ops_none_found", "verify " + kP + "/bad/unknown_library.pt2", 4, "needs libnot_there.so, which was not found"},
     // another build of the library than the package was exported with: a real one (same file name, other schema),
     // then the spec's schemas edited for ops and classes
