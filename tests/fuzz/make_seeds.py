@@ -204,13 +204,48 @@ def grpc_request_seeds(out: Path) -> None:
         (out / name).write_bytes(data)
 
 
+def http_codec_seeds(out: Path) -> None:
+    """'<Content-Encoding>\\n<body>' for fuzz_http_codec.cpp: each coding, lists of them, broken and unbounded
+    streams (a bomb that inflates past the target's 1 MiB bound)."""
+    import gzip
+    import zlib
+
+    import brotli
+
+    text = json.dumps({"inputs": [{"name": "x", "shape": [2, 3], "datatype": "FP32", "data": [1, 2, 3, 4, 5, 6]}]})
+    raw = text.encode()
+    deflater = zlib.compressobj(wbits=-15)
+    raw_deflate = deflater.compress(raw) + deflater.flush()
+    seeds = {
+        "gzip.bin": (b"gzip", gzip.compress(raw, mtime=0)),
+        "x-gzip.bin": (b"x-gzip", gzip.compress(raw, mtime=0)),
+        "deflate-zlib.bin": (b"deflate", zlib.compress(raw)),
+        "deflate-raw.bin": (b"deflate", raw_deflate),
+        "br.bin": (b"br", brotli.compress(raw)),
+        "identity.bin": (b"identity", raw),
+        "no-coding.bin": (b"", raw),
+        "list.bin": (b"gzip, br", brotli.compress(gzip.compress(raw, mtime=0))),
+        "accept-q.bin": (b"gzip;q=0, deflate", zlib.compress(raw)),
+        "unknown.bin": (b"compress", raw),
+        "truncated-gzip.bin": (b"gzip", gzip.compress(raw, mtime=0)[:-9]),
+        "trailing-garbage.bin": (b"gzip", gzip.compress(raw, mtime=0) + b"junk"),
+        "truncated-br.bin": (b"br", brotli.compress(raw)[:-3]),
+        "gzip-bomb.bin": (b"gzip", gzip.compress(b"\0" * (2 << 20), mtime=0)),
+        "br-bomb.bin": (b"br", brotli.compress(b"\0" * (2 << 20))),
+        "garbage.bin": (b"deflate", b"\xff\xfe\xfd"),
+    }
+    for name, (coding, body) in seeds.items():
+        (out / name).write_bytes(coding + b"\n" + body)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("packages", nargs="*", type=Path, help="exported packages to take spec seeds from")
     parser.add_argument("--only", help="write this target's seeds only")
     args = parser.parse_args()
     makers = (("spec", lambda d: spec_seeds(args.packages, d)), ("tensors", tensor_seeds), ("golden", golden_seeds),
-              ("infer_request", infer_request_seeds), ("grpc_request", grpc_request_seeds))
+              ("infer_request", infer_request_seeds), ("grpc_request", grpc_request_seeds),
+              ("http_codec", http_codec_seeds))
     if args.only is None and not args.packages:
         parser.error("spec seeds need packages (or --only TARGET)")
     for target, make in makers:

@@ -669,6 +669,24 @@ def test_tls_and_mutual_tls_on_both_transports(exported, tmp_path):
         untrusting = ssl.create_default_context()  # the system's CAs, not ours
         with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
             urllib.request.urlopen(f"https://{s.url}/v2/health/ready", timeout=10, context=untrusting)
+        # handshakes that never finish (a ClientHello's first bytes, one byte, nothing) on both ports hold no
+        # thread: a good client beside 300 of them is answered, correctly
+        slow = []
+        try:
+            for i in range(300):
+                c = socket.create_connection(("localhost", s.port if i % 2 else s.grpc_port), timeout=10)
+                c.sendall((b"\x16\x03\x01\x02\x00\x01", b"\x16", b"")[i % 3])
+                slow.append(c)
+            https, grpcs = https_client(s.url), grpc_client(f"localhost:{s.grpc_port}")
+            for i in range(5):
+                y = x + i
+                want = eager(exported, y).numpy()
+                np.testing.assert_allclose(infer(https, "net", y), want, rtol=1e-4, atol=1e-5)
+                np.testing.assert_allclose(grpc_infer(grpcs, "net", y), want, rtol=1e-4, atol=1e-5)
+            assert s.proc.poll() is None
+        finally:
+            for c in slow:
+                c.close()
     finally:
         assert s.stop() == 0
 
