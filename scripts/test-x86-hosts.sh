@@ -9,8 +9,9 @@
 #   others). Python does not run there: numpy's wheel executes AVX at import (SIGILL).
 # Runs on the build as it is: make test runs it after its own build and tests; make test-x86-hosts builds first.
 # X86_HOSTS_SET=subset (make test) runs on haswell only the gtests whose outcome depends on the CPU (CPU features
-# and variant choice, model runs and golden checks through C++ and C, unusual input layouts): ~3 minutes instead
-# of ~10 on 2 cores; X86_HOSTS_SET=all (make test-x86-hosts, the default) runs every gtest there.
+# and variant choice, model runs and golden checks through C++ and C, unusual input layouts), in $(nproc) gtest
+# shards: ~3 minutes instead of ~10 on 2 cores; X86_HOSTS_SET=all (make test-x86-hosts, the default) runs every
+# gtest there, each in a process of its own.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 [ "$FLAVOUR" = cpu ] || { echo "error: the emulated x86 hosts run the cpu flavour" >&2; exit 2; }
 [ "$(uname -m)" = x86_64 ] || { echo "error: emulating x86-64 hosts needs an x86-64 machine" >&2; exit 2; }
@@ -62,13 +63,42 @@ if ! IDENTITY_CONV_OPS_LIBRARY=$OPS PYTHONPATH=$ROOT "$PYTHON" "$ROOT/tests/cpp/
     "${export_args[@]}" || status=1
 fi
 
+# Runs the gtests of binary $2 that filter $3 selects under host class $1 in $(nproc) processes at once, each a gtest
+# shard (for tests that share no state). Prints the log of a shard that fails.
+sharded() {
+  local host=$1 binary=$2 filter=$3 logs n failed=0
+  logs=$(mktemp -d /tmp/pt2rt-x86-hosts.XXXXXX)
+  n=$(nproc)
+  log "$(basename "$binary") on $host, $n shards"
+  local pids=()
+  for ((i = 0; i < n; i++)); do
+    GTEST_TOTAL_SHARDS=$n GTEST_SHARD_INDEX=$i "$EMULATE" "$host" "$binary" --gtest_brief=1 \
+      --gtest_filter="$filter" >"$logs/$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for ((i = 0; i < n; i++)); do
+    if ! wait "${pids[$i]}"; then
+      echo "FAILED on $host: $(basename "$binary"), shard $i of $n"
+      cat "$logs/$i.log"
+      failed=1
+    fi
+  done
+  grep -h "PASSED" "$logs"/*.log | sed "s/^/$host, /"
+  rm -rf "$logs"
+  return $failed
+}
+
 export IDENTITY_CONV_OPS_LIBRARY=$OPS
-for host in haswell nehalem; do  # the op tests share no state: one process
-  log "test_ops on $host"
-  "$EMULATE" "$host" "$BUILD_DIR/bin/test_ops" --gtest_brief=1 || status=1
+for host in haswell nehalem; do
+  sharded "$host" "$BUILD_DIR/bin/test_ops" '*' || status=1
 done
-PT2RT_TEST_PACKAGES=$PACKAGES PT2RT_TEST_LAUNCHER="$EMULATE haswell" each_gtest haswell "$BUILD_DIR/bin/test_runtime" \
-  || status=1
+export PT2RT_TEST_PACKAGES=$PACKAGES PT2RT_TEST_LAUNCHER="$EMULATE haswell"
+if [ "${X86_HOSTS_SET:-all}" = subset ]; then  # these share no state: two processes, not one per test
+  sharded haswell "$BUILD_DIR/bin/test_runtime" "$GTEST_FILTER" || status=1
+else
+  each_gtest haswell "$BUILD_DIR/bin/test_runtime" || status=1
+fi
+unset PT2RT_TEST_PACKAGES PT2RT_TEST_LAUNCHER
 
 log "pytest tests/x86_hosts"
 (cd "$ROOT" && PT2RT_TEST_PACKAGES=$PACKAGES PT2RUN="$BUILD_DIR/bin/pt2run" \

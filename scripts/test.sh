@@ -14,6 +14,10 @@ pytest_args=()
 if [ "$FLAVOUR" = cuda ] && [ "${PYTEST_SET:-}" != all ] && ! "$PYTHON" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())'; then
   pytest_args=(ops/tests tests/python/test_export.py tests/python/test_cli.py)
 fi
+# a file's tests stay on one worker (its module fixtures, a server say, are set up once); a worker per core
+if "$PYTHON" -c 'import xdist' 2>/dev/null; then
+  pytest_args=(-n "$(nproc)" --dist loadfile "${pytest_args[@]}")
+fi
 log "pytest ($FLAVOUR${pytest_args:+: ${pytest_args[*]}})"
 # PT2RT_TEST_PACKAGES_DIR: what ctest exported just now, which pytest's `exported` takes where it asks the same
 (cd "$ROOT" && IDENTITY_CONV_OPS_LIBRARY=$BUILD_DIR/lib/libidentity_conv_ops.so \

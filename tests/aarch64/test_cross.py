@@ -4,9 +4,11 @@ PT2RT_CROSS_BUILD_DIR)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -16,6 +18,8 @@ import torch
 from export_tools import export_package, models, read_spec
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "cpp"))
+import export_packages  # noqa: E402  (its machine cache of exported test packages)
 CROSS = Path(os.environ.get("PT2RT_CROSS_BUILD_DIR", ROOT / "build" / "aarch64-release"))
 NATIVE = Path(os.environ.get("PT2RT_NATIVE_BUILD_DIR", ROOT / "build" / "cpu-release"))
 QEMU = ROOT / "scripts" / "qemu-aarch64.sh"
@@ -40,17 +44,43 @@ def pt2run_native(*args, env=None, check=True):
     return result
 
 
-@pytest.fixture(scope="module")
-def packages(tmp_path_factory):
-    out = tmp_path_factory.mktemp("aarch64")
+def other_weights(model):
+    """The same graph as `model` with other weights."""
+    with torch.no_grad():
+        model.conv.weight.neg_()
+        model.conv.bias.add_(0.5)
+        model.depthwise.set_weight(model.depthwise.get_weight().flip(-1))
+    return model
+
+
+def export_all(out: Path) -> None:
     net, (x,) = models.identity_conv_net()
     op, (y,) = models.identity_conv_op_only()
-    return {
-        "net": export_package(net, (x,), out / "net.pt2", dynamic_batch=(1, 32), target="linux-aarch64"),
-        "op": export_package(op, (y,), out / "op.pt2", target="linux-aarch64"),
-        "multi": export_package(net, (x,), out / "multi.pt2", dynamic_batch=(1, 32),
-                                target=("linux-x86_64", "linux-aarch64"), cpu_isa=("default", "avx2"), golden=2),
-    }
+    export_package(net, (x,), out / "net.pt2", dynamic_batch=(1, 32), target="linux-aarch64")
+    export_package(op, (y,), out / "op.pt2", target="linux-aarch64")
+    export_package(net, (x,), out / "multi.pt2", dynamic_batch=(1, 32), target=("linux-x86_64", "linux-aarch64"),
+                   cpu_isa=("default", "avx2"), golden=2)
+    # same-shaped models with other weights (see test_same_graph_other_weights_gets_its_own_code)
+    export_package(net, (x,), out / "m0.pt2", target="linux-aarch64", golden=1)
+    export_package(other_weights(models.identity_conv_net()[0]), (x,), out / "m1.pt2", target="linux-aarch64",
+                   golden=1)
+    export_package(op, (y,), out / "x86_only.pt2", cpu_isa=("default",), golden=1)
+
+
+@pytest.fixture(scope="module")
+def packages(tmp_path_factory):
+    """What export_all exports, compiled once per machine for the same sources: kept in the C++ tests' machine cache
+    (tests/cpp/export_packages.py) under what shapes the C++ tests' aarch64 packages and this file."""
+    out = tmp_path_factory.mktemp("aarch64") / "packages"
+    shaping = export_packages.fingerprint(NATIVE / "lib" / "libpt2rt_probe_ops.so", "linux-aarch64")
+    fp = hashlib.sha256(shaping.encode() + Path(__file__).read_bytes()).hexdigest()
+    cache = export_packages.machine_cache()
+    if not export_packages.from_cache(cache, fp, out):
+        out.mkdir()
+        export_all(out)
+        (out / "fingerprint").write_text(fp)
+        export_packages.to_cache(cache, fp, out)
+    return {p.stem: p for p in out.glob("*.pt2")}
 
 
 @pytest.mark.parametrize("name", ["net", "op", "multi"])
@@ -82,13 +112,8 @@ def test_same_graph_other_weights_gets_its_own_code(packages, tmp_path):
     """Fixed generated file names and inductor's cache could give the second model the first one's code: two
     same-shaped models with different weights, each must match its own eager model on aarch64."""
     first, (x,) = models.identity_conv_net()
-    second, _ = models.identity_conv_net()
-    with torch.no_grad():
-        second.conv.weight.neg_()
-        second.conv.bias.add_(0.5)
-        second.depthwise.set_weight(second.depthwise.get_weight().flip(-1))
-    paths = [export_package(m, (x,), tmp_path / f"m{i}.pt2", target="linux-aarch64", golden=1)
-             for i, m in enumerate((first, second))]
+    second = other_weights(models.identity_conv_net()[0])
+    paths = [packages["m0"], packages["m1"]]
     assert read_spec(paths[0])["variants"][0]["sha256"] != read_spec(paths[1])["variants"][0]["sha256"]
     torch.save(x, tmp_path / "x.pt")
     outputs = []
@@ -124,10 +149,8 @@ def test_a_variant_for_the_other_arch_is_refused_with_exit_3(packages):
     assert "it is for x86_64, this host is aarch64" in r.stderr and "default, avx2, neon" in r.stderr
 
 
-def test_a_package_without_an_aarch64_variant_is_refused_with_exit_3(packages, tmp_path):
-    op, (y,) = models.identity_conv_op_only()
-    path = export_package(op, (y,), tmp_path / "x86_only.pt2", cpu_isa=("default",), golden=1)
-    r = pt2run_aarch64("verify", str(path), check=False)
+def test_a_package_without_an_aarch64_variant_is_refused_with_exit_3(packages):
+    r = pt2run_aarch64("verify", str(packages["x86_only"]), check=False)
     assert r.returncode == 3
     assert "no CPU variant of the package runs on this host" in r.stderr and "default: it is for x86_64" in r.stderr
 
@@ -139,8 +162,6 @@ def test_the_x86_pt2run_refuses_an_aarch64_only_package_with_exit_3(packages):
 
 
 def test_python_verify_says_what_it_could_not_run(packages):
-    import sys
-
     def verify(path):
         return subprocess.run([sys.executable, "-m", "export_tools", "-q", "verify", str(path), "--ops-library",
                                str(NATIVE / "lib" / "libidentity_conv_ops.so")],

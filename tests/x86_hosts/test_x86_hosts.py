@@ -114,8 +114,9 @@ def kernels(tmp_path_factory):
         assert result.returncode == 0, result.stderr[-3000:]
         return {"outs": torch.load(path), "aten": torch.load(f"{path}.aten")}
 
-    # the emulated runs take minutes each (Python and torch imported under qemu): as many at once as there are cores
-    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+    # the emulated runs take minutes each (Python and torch imported under qemu), one core each: all at once, so the
+    # cores stay busy to the end (on 2 cores, two at a time left one core idle for the third's whole run)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(RUNS)) as pool:
         return dict(zip(RUNS, pool.map(one, RUNS)))
 
 
