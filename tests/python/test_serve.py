@@ -294,14 +294,28 @@ def test_sigterm_finishes_the_request_in_flight_and_exits_0(exported, tmp_path):
     net, _, _ = exported("net_dynamic")
     (repo / "slow" / "1").mkdir(parents=True)
     os.link(net, repo / "slow" / "1" / "model.pt2")
-    (repo / "slow" / "config.json").write_text(json.dumps({"dynamic_batching": {"max_queue_delay_microseconds": 1000000}}))
+    (repo / "slow" / "config.json").write_text(json.dumps({"dynamic_batching": {"max_queue_delay_microseconds": 5000000}}))
     s = Serving(repo)
     x = np.ones((2, 3, 32, 32), np.float32)
-    pending = infer_async(s.client, "slow", x)
-    time.sleep(0.3)  # the request now waits in the batch queue for up to 1 s
+    answer = queue.Queue()
+
+    def send():  # a thread of its own: tritonclient's async_infer sends nothing until the caller waits on it
+        try:
+            answer.put(infer(tritonhttp.InferenceServerClient(s.url, network_timeout=60), "slow", x))
+        except Exception as e:  # noqa: BLE001  (handed to the test's thread)
+            answer.put(e)
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    # once the server counts it, the request waits in the batch queue for up to 5 s (a fixed sleep here could send
+    # the signal before the request had arrived)
+    _wait_for(lambda: _metric(s, "pt2serve_requests_total", "slow") >= 1, "the request to reach the server", 30)
     start = time.time()
     s.proc.send_signal(signal.SIGTERM)
-    assert pending.get_result().as_numpy("output_0").shape == (2, 8, 32, 32)
+    sender.join(60)
+    result = answer.get_nowait()
+    assert not isinstance(result, Exception), result
+    assert result.shape == (2, 8, 32, 32)
     assert s.proc.wait(timeout=60) == 0
     assert time.time() - start < 30
     log = [json.loads(line) for line in s.log.read_text().splitlines()]
