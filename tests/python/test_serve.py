@@ -121,6 +121,29 @@ def infer_async(client, model, x: np.ndarray):
     return client.async_infer(model, inputs, outputs=outputs)
 
 
+def infer_in_thread(url: str, model: str, x: np.ndarray):
+    """Sent now from a thread of its own, with its own client (async_infer sends nothing until it is waited on);
+    answer() joins it and returns the outputs or raises what the request raised."""
+    result = queue.Queue()
+
+    def send():
+        try:
+            result.put(infer(tritonhttp.InferenceServerClient(url, network_timeout=60), model, x))
+        except Exception as e:  # noqa: BLE001  (handed to the caller's thread)
+            result.put(e)
+
+    thread = threading.Thread(target=send)
+    thread.start()
+
+    def answer():
+        thread.join(120)
+        value = result.get_nowait()
+        if isinstance(value, Exception):
+            raise value
+        return value
+    return answer
+
+
 def eager(exported, x: np.ndarray) -> torch.Tensor:
     # a fresh instance: other tests may change the session fixture's model in place after exporting it
     from export_tools import models
@@ -297,25 +320,13 @@ def test_sigterm_finishes_the_request_in_flight_and_exits_0(exported, tmp_path):
     (repo / "slow" / "config.json").write_text(json.dumps({"dynamic_batching": {"max_queue_delay_microseconds": 5000000}}))
     s = Serving(repo)
     x = np.ones((2, 3, 32, 32), np.float32)
-    answer = queue.Queue()
-
-    def send():  # a thread of its own: tritonclient's async_infer sends nothing until the caller waits on it
-        try:
-            answer.put(infer(tritonhttp.InferenceServerClient(s.url, network_timeout=60), "slow", x))
-        except Exception as e:  # noqa: BLE001  (handed to the test's thread)
-            answer.put(e)
-
-    sender = threading.Thread(target=send)
-    sender.start()
+    answer = infer_in_thread(s.url, "slow", x)
     # once the server counts it, the request waits in the batch queue for up to 5 s (a fixed sleep here could send
     # the signal before the request had arrived)
     _wait_for(lambda: _metric(s, "pt2serve_requests_total", "slow") >= 1, "the request to reach the server", 30)
     start = time.time()
     s.proc.send_signal(signal.SIGTERM)
-    sender.join(60)
-    result = answer.get_nowait()
-    assert not isinstance(result, Exception), result
-    assert result.shape == (2, 8, 32, 32)
+    assert answer().shape == (2, 8, 32, 32)
     assert s.proc.wait(timeout=60) == 0
     assert time.time() - start < 30
     log = [json.loads(line) for line in s.log.read_text().splitlines()]
@@ -449,22 +460,23 @@ def test_a_full_queue_is_a_503_and_a_request_over_max_batch_size_runs_alone(expo
     net, _, _ = exported("net_dynamic")
     (repo / "tight" / "1").mkdir(parents=True)
     os.link(net, repo / "tight" / "1" / "model.pt2")
-    # a batch of 3 rows waits up to 1 s for one more row; another 3-row request cannot join it and waits in the
+    # a batch of 3 rows waits up to 3 s for one more row; another 3-row request cannot join it and waits in the
     # queue (its one place); a third finds the queue full
     (repo / "tight" / "config.json").write_text(json.dumps(
-        {"max_batch_size": 4, "max_queue": 1, "dynamic_batching": {"max_queue_delay_microseconds": 1000000}}))
+        {"max_batch_size": 4, "max_queue": 1, "dynamic_batching": {"max_queue_delay_microseconds": 3000000}}))
     s = Serving(repo)
     try:
         x = np.ones((3, 3, 32, 32), np.float32)
-        first = infer_async(s.client, "tight", x)
-        time.sleep(0.2)
-        second = infer_async(s.client, "tight", x)
-        time.sleep(0.2)
+        # each sent once the server counts the one before (async_infer would send all three at once, in any order)
+        first = infer_in_thread(s.url, "tight", x)
+        _wait_for(lambda: _metric(s, "pt2serve_requests_total", "tight") >= 1, "the first request to arrive", 30)
+        second = infer_in_thread(s.url, "tight", x)
+        _wait_for(lambda: _metric(s, "pt2serve_requests_total", "tight") >= 2, "the second request to arrive", 30)
         with pytest.raises(InferenceServerException) as err:
             infer(s.client, "tight", x)
         assert err.value.status() == "503" and "the queue is full (1 requests waiting" in err.value.message()
-        for p in (first, second):
-            assert p.get_result().as_numpy("output_0").shape == (3, 8, 32, 32)
+        for answer in (first, second):
+            assert answer().shape == (3, 8, 32, 32)
         big = np.random.default_rng(2).standard_normal((6, 3, 32, 32)).astype(np.float32)  # > max_batch_size 4
         torch.testing.assert_close(torch.from_numpy(infer(s.client, "tight", big).copy()), eager(exported, big))
     finally:
