@@ -9,21 +9,12 @@
 #include "../../serve/http_codec.h"
 #include "../../serve/protocol.h"
 
-#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <string_view>
 
 namespace {
 constexpr size_t kMaxDecoded = size_t{1} << 20;
-
-std::string fnv(std::string_view bytes) {
-  uint32_t h = 2166136261u;
-  for (unsigned char c : bytes) h = (h ^ c) * 16777619u;
-  char hex[9];
-  std::snprintf(hex, sizeof hex, "%08x", h);
-  return hex;
-}
 }  // namespace
 
 std::string pt2rt_fuzz_outcome(const uint8_t* data, size_t size) {
@@ -36,7 +27,7 @@ std::string pt2rt_fuzz_outcome(const uint8_t* data, size_t size) {
   try {
     const std::string decoded = pt2serve::decode_body(coding, body, kMaxDecoded);
     if (decoded.size() > kMaxDecoded) std::abort();  // the bound did not hold
-    out = "ok: " + std::to_string(decoded.size()) + " bytes #" + fnv(decoded);
+    out = "ok: " + std::to_string(decoded.size()) + " bytes #" + pt2rt_fuzz_hash(decoded);
     for (const char* c : {"gzip", "deflate"}) {
       if (pt2serve::decode_body(c, pt2serve::encode_body(c, decoded), kMaxDecoded) != decoded) std::abort();
     }

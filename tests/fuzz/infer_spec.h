@@ -2,6 +2,8 @@
 // a dynamic batch dim and one input of each kind of datatype; and how their outcomes name what a request gave.
 #pragma once
 
+#include "fuzz.h"
+
 #include <pt2rt/pt2rt.h>
 
 #include <cstdint>
@@ -35,11 +37,7 @@ inline std::string describe_inputs(const pt2rt::Spec& spec, const std::vector<pt
     const auto& t = inputs[i];
     out += " " + spec.inputs[i].name + "[";
     for (size_t d = 0; d < t.shape().size(); ++d) out += (d ? "," : "") + std::to_string(t.shape()[d]);
-    uint32_t h = 2166136261u;  // FNV-1a
-    for (size_t k = 0; k < t.nbytes(); ++k) h = (h ^ static_cast<const uint8_t*>(t.data())[k]) * 16777619u;
-    char hex[9];
-    std::snprintf(hex, sizeof hex, "%08x", h);
-    out += "]#" + std::string(hex);
+    out += "]#" + pt2rt_fuzz_hash(std::string_view(static_cast<const char*>(t.data()), t.nbytes()));
   }
   return out + " ->";
 }
