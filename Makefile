@@ -5,7 +5,7 @@ BUILD_TYPE ?= Release
 TARGET ?= linux-aarch64
 export FLAVOUR BUILD_TYPE TARGET
 
-.PHONY: demo test test-aarch64 test-x86-hosts container build cross-build bundle bootstrap sanitize tsan fuzz bench package clean
+.PHONY: demo test test-aarch64 test-x86-hosts container build cross-build bundle bootstrap sanitize tsan fuzz bench bench-peers package clean
 demo:
 	@scripts/demo.sh
 test:
@@ -30,6 +30,8 @@ fuzz:
 	@scripts/fuzz.sh
 bench:
 	@scripts/bench.sh
+bench-peers:
+	@scripts/bench.sh peers
 container:
 	@scripts/container.sh
 package:

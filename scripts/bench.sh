@@ -2,10 +2,31 @@
 # make bench: builds (Release), exports the example packages when missing, runs benchmarks/bench.py, then
 # benchmarks/serve_bench.py (pt2serve vs the KServe Python model server, in .venv-kserve; build/bench/serve).
 # Writes build/bench/report.json and build/bench/chart.png and prints the ratios. BENCH_ARGS=--quick for a
-# smoke run. Keep the machine otherwise idle: ratios are measured in one run, but noise still moves them.
+# smoke run. `scripts/bench.sh peers` (make bench-peers): pt2run against ONNX Runtime and OpenVINO instead
+# (benchmarks/peers_bench.py, in .venv-peers; PEERS_ARGS for its options). Keep the machine otherwise idle:
+# ratios are measured in one run, but noise still moves them.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 "$ROOT/scripts/build.sh"
 export IDENTITY_CONV_OPS_LIBRARY=$BUILD_DIR/lib/libidentity_conv_ops.so
+# bench_venv NAME: .venv-NAME from requirements/NAME.txt (a peer's bench-only environment), remade when that changes
+bench_venv() {
+  local venv=$ROOT/.venv-$1 req=$ROOT/requirements/$1.txt
+  if ! cmp -s "$req" "$venv/.pt2rt-requirements" 2>/dev/null; then
+    log "pip install -r requirements/$1.txt -> .venv-$1"
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$req"
+    cp "$req" "$venv/.pt2rt-requirements"
+  fi
+}
+if [ "${1:-}" = peers ]; then
+  # ONNX Runtime and OpenVINO on ResNet-18, MobileNetV3-Small and a BERT-base encoder (build/bench/peers)
+  bench_venv peers
+  log "peers benchmark -> build/bench/peers"
+  cd "$ROOT"
+  exec "$PYTHON" benchmarks/peers_bench.py --pt2run "$BUILD_DIR/bin/pt2run" --ops "$IDENTITY_CONV_OPS_LIBRARY" \
+    --peers-python "$ROOT/.venv-peers/bin/python" --out "$ROOT/build/bench/peers" ${PEERS_ARGS:-}
+fi
 # export_if_missing PACKAGE FACTORY [EXPORT ARGS...]
 export_if_missing() {
   local package=$1 factory=$2
@@ -24,14 +45,8 @@ export_if_missing "$OP_PACKAGE" identity_conv_op_only
 export_if_missing "$CONV_PACKAGE" conv_heavy_net --dynamic-batch 1:8
 export_if_missing "$CLASSIFIER_PACKAGE" conv_classifier_net --dynamic-batch 1:16
 # The serving benchmark's baseline: the KServe Python model server, in a venv of its own
+bench_venv kserve
 KSERVE_VENV=$ROOT/.venv-kserve
-if ! cmp -s "$ROOT/requirements/kserve.txt" "$KSERVE_VENV/.pt2rt-requirements" 2>/dev/null; then
-  log "pip install -r requirements/kserve.txt -> .venv-kserve"
-  rm -rf "$KSERVE_VENV"
-  python3 -m venv "$KSERVE_VENV"
-  "$KSERVE_VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$ROOT/requirements/kserve.txt"
-  cp "$ROOT/requirements/kserve.txt" "$KSERVE_VENV/.pt2rt-requirements"
-fi
 log "benchmarks -> build/bench"
 cd "$ROOT"
 "$PYTHON" benchmarks/bench.py --build "$BUILD_DIR" --package "$PACKAGE" --op-package "$OP_PACKAGE" --conv-package "$CONV_PACKAGE" --out "$ROOT/build/bench" ${BENCH_ARGS:-}

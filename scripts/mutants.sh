@@ -87,6 +87,9 @@ mutant "pt2serve: a stop does not wait for answers being written" serve/http_ser
   '    if (stopping && in_flight == 0 && unsent.empty()) event_base_loopexit(base, nullptr);' \
   '    if (stopping && in_flight == 0) event_base_loopexit(base, nullptr);' \
   "$PYTHON -m pytest -q -p no:cacheprovider tests/python/test_serve.py -k sigterm"
+mutant "set_num_threads not applied on the calling thread" runtime/src/runtime.cpp \
+  '  detail::apply_num_threads();' '' \
+  "ctest --test-dir $BUILD_DIR -R 'NumThreadsHolds' --no-tests=error"
 mutant "run_into: a dynamic dim not checked after the run" runtime/src/runtime.cpp \
   '    if (outs[i].sizes() != at::IntArrayRef(outputs[i].shape)) {' '    if (false) {' \
   "ctest --test-dir $BUILD_DIR -R 'RunInto' --no-tests=error"

@@ -41,6 +41,8 @@ struct ModelConfig {
 struct Stats {
   std::atomic<uint64_t> requests{0}, failures{0}, batches{0}, batch_rows{0};
   std::atomic<uint64_t> queue_ns{0}, compute_ns{0};
+  // an HTTP inference request's time from parse to answer, smoothed (0: none yet); the front's inline choice
+  std::atomic<uint64_t> recent_request_ns{0};
   static constexpr int kBuckets = 8;  // batch rows <= 1, 2, 4, 8, 16, 32, 64, more
   std::atomic<uint64_t> batch_size_counts[kBuckets] = {};
 };

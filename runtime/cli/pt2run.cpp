@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <sched.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -279,6 +280,14 @@ int count_process_threads() {
   return n;
 }
 
+// The process's CPU time, every thread's (the model's intra-op threads too), user and system.
+double process_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  const auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6; };
+  return seconds(u.ru_utime) + seconds(u.ru_stime);
+}
+
 double percentile(std::vector<double> sorted, double p) {
   if (sorted.empty()) return 0;
   const double idx = p * static_cast<double>(sorted.size() - 1);
@@ -313,6 +322,7 @@ int cmd_bench(const std::string& package, const std::vector<std::string>& ops, c
   int finished = 0;
   const bool tty = isatty(STDERR_FILENO) && !json;
   std::chrono::steady_clock::time_point start;
+  double cpu_start = 0;
   std::mutex error_mutex, start_mutex;
   std::condition_variable started;
   std::exception_ptr error;
@@ -324,6 +334,7 @@ int cmd_bench(const std::string& package, const std::vector<std::string>& ops, c
         {
           std::unique_lock<std::mutex> lock(start_mutex);
           if (++warm == threads) {
+            cpu_start = process_cpu_seconds();
             start = std::chrono::steady_clock::now();
             started.notify_all();
           } else {
@@ -368,6 +379,7 @@ int cmd_bench(const std::string& package, const std::vector<std::string>& ops, c
   for (auto& th : pool) th.join();
   if (error) std::rethrow_exception(error);
   const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double cpu_s = process_cpu_seconds() - cpu_start;
   std::sort(latencies.begin(), latencies.end());
   const double mean = std::accumulate(latencies.begin(), latencies.end(), 0.0) / std::max(iters, 1);
   const double p50 = percentile(latencies, 0.5), p90 = percentile(latencies, 0.9), p99 = percentile(latencies, 0.99);
@@ -375,12 +387,14 @@ int cmd_bench(const std::string& package, const std::vector<std::string>& ops, c
   if (json) {
     nlohmann::json j = {{"latency_ms", {{"p50", p50}, {"p90", p90}, {"p99", p99}, {"mean", mean}}},
                         {"throughput_per_s", throughput},
+                        {"cpu_s", cpu_s}, {"wall_s", wall_s}, {"cores_busy", wall_s > 0 ? cpu_s / wall_s : 0.0},
                         {"iters", iters}, {"threads", threads}, {"runners", runners}, {"warmup", warmup},
                         {"intra_op_threads", pt2rt::num_threads()}, {"process_threads", process_threads}};
     std::cout << j.dump() << "\n";
   } else {
-    std::printf("%d runs, %d threads, %d runners: p50 %.3f ms  p90 %.3f ms  p99 %.3f ms  mean %.3f ms  %.1f runs/s\n",
-                iters, threads, runners, p50, p90, p99, mean, throughput);
+    std::printf("%d runs, %d threads, %d runners: p50 %.3f ms  p90 %.3f ms  p99 %.3f ms  mean %.3f ms  %.1f runs/s  "
+                "%.2f cores busy\n",
+                iters, threads, runners, p50, p90, p99, mean, throughput, wall_s > 0 ? cpu_s / wall_s : 0.0);
   }
   return kExitOk;
 }

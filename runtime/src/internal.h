@@ -111,5 +111,10 @@ void check_registered(const Spec& spec, const std::vector<std::string>& loaded);
 // Host checks.
 void check_host(const Spec& spec, const Options& options);
 
+// Gives the calling thread's OpenMP (and MKL) team the size set_num_threads set, once per thread and setting:
+// torch sizes a thread's team only inside its own parallel ops, and a model made of inductor kernels and oneDNN
+// calls never enters one - its runs would take every core whatever was asked.
+void apply_num_threads();
+
 }  // namespace detail
 }  // namespace pt2rt

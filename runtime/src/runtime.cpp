@@ -270,6 +270,7 @@ std::vector<at::Tensor> run_model(const Runtime::Impl& impl, const std::vector<T
     }
     args.push_back(std::move(t));
   }
+  detail::apply_num_threads();
   try {
     c10::InferenceMode inference;  // inference only: no autograd bookkeeping in the model's fallback ops
     return impl.loader->run(args);

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <limits>
 #include <random>
 #include <regex>
@@ -335,6 +336,39 @@ TEST(Runners, BoundHowManyRunsAreInFlight) {
       EXPECT_LE(most, runners);
     }
   }
+}
+
+// set_num_threads holds on every thread that runs a model, also where the model never enters one of torch's own
+// parallel ops (the probe package: an inductor kernel and the probe op) - torch sizes a thread's OpenMP team only
+// inside those, so such a thread kept the default team of one thread per core whatever was asked.
+TEST(Runtime, NumThreadsHoldsOnEveryThreadThatRuns) {
+  const auto omp_max_threads = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
+  ASSERT_NE(omp_max_threads, nullptr) << "torch's OpenMP runtime is not loaded";
+  pt2rt::Options o;
+  o.ops_libraries = {kProbeOps};
+  const pt2rt::Runtime rt = pt2rt::Runtime::load(kPackages + "/probe.pt2", o);
+  const at::Tensor x = at::randn({2, 3});
+  const int before = pt2rt::num_threads();
+  // differs from the default of a thread on this machine (its cores), so a thread left at its default shows
+  const int wanted = static_cast<int>(std::thread::hardware_concurrency()) + 1;
+  int seen = 0, seen_after_change = 0;
+  std::promise<void> ran, changed;
+  pt2rt::set_num_threads(wanted);
+  std::thread caller([&] {
+    rt.run({view_of(x)});
+    seen = omp_max_threads();
+    ran.set_value();
+    changed.get_future().wait();
+    rt.run({view_of(x)});
+    seen_after_change = omp_max_threads();
+  });
+  ran.get_future().wait();
+  pt2rt::set_num_threads(1);  // from another thread: it reaches a thread that ran before it, at its next run
+  changed.set_value();
+  caller.join();
+  pt2rt::set_num_threads(before);
+  EXPECT_EQ(seen, wanted);
+  EXPECT_EQ(seen_after_change, 1);
 }
 
 TEST(RuntimeErrors, BadPackages) {

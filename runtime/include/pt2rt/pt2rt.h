@@ -14,7 +14,7 @@
 // run(), run_into(), verify(), example_inputs() and accessors may be called from many threads at once. Moving or
 // destroying a Runtime while another thread uses it is the caller's error. A Tensor may be read from any thread;
 // writing through mutable_data() while another thread reads that storage is the caller's race. set_num_threads
-// and keep_freed_memory are process-wide: call them before starting threads that run models.
+// and keep_freed_memory are process-wide; keep_freed_memory before starting threads that run models.
 // Errors: failures throw pt2rt::Error, whose code() is the class of failure (ErrorCode below) and whose what() is
 // one line naming what was wrong and what was expected (std::bad_alloc when memory runs out). Accessors (spec(),
 // variant(), ops_libraries(), Tensor's getters) do not throw.
@@ -315,8 +315,8 @@ PT2RT_API int remove_stale_temp_dirs();
 PT2RT_API const char* version();
 PT2RT_API const char* torch_version();
 // Threads each run() may use inside torch's kernels (torch's intra-op threads; default: one per core).
-// Process-wide, like torch's own setting; set it before starting threads that call run(). With several threads
-// calling run(), threads x this <= cores avoids oversubscription.
+// Process-wide, like torch's own setting: every thread's next run() uses it (its OpenMP and MKL threads), whichever
+// thread set it. With several threads calling run(), threads x this <= cores avoids oversubscription.
 PT2RT_API void set_num_threads(int threads);
 PT2RT_API int num_threads();
 

@@ -1,0 +1,161 @@
+"""The models of the peer benchmark (benchmarks/peers_bench.py), in plain torch so every environment builds the same
+ones: ResNet-18 and MobileNetV3-Small as torchvision defines them (layer for layer; their parameter counts are
+checked against torchvision's) and a BERT-base encoder (12 layers, 768 wide, 12 heads, GELU, post-norm).
+torchvision itself is not used: its PyPI wheels are CUDA builds that do not load beside the CPU torch.
+
+Each factory returns (model in eval mode, example inputs); weights are random from a fixed seed.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+# name -> parameters of torchvision's model of that name (torchvision 0.2x, weights=None)
+TORCHVISION_PARAMETERS = {"resnet18": 11_689_512, "mobilenet_v3_small": 2_542_856}
+
+
+# --- ResNet-18 ---------------------------------------------------------------------------------------------------
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = None
+        if stride != 1 or cin != cout:
+            self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return self.relu(out + identity)
+
+
+class ResNet18(nn.Module):
+    def __init__(self, num_classes: int = 1000):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        layers, cin = [], 64
+        for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+            layers.append(nn.Sequential(BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1)))
+            cin = cout
+        self.layer1, self.layer2, self.layer3, self.layer4 = layers
+        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+        self.fc = nn.Linear(512, num_classes)
+
+    def forward(self, x):
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+# --- MobileNetV3-Small -------------------------------------------------------------------------------------------
+
+def _make_divisible(v: float, divisor: int = 8) -> int:
+    new_v = max(divisor, int(v + divisor / 2) // divisor * divisor)
+    return new_v + divisor if new_v < 0.9 * v else new_v
+
+
+def _conv_bn_act(cin: int, cout: int, kernel: int, stride: int = 1, groups: int = 1, act: type | None = None):
+    layers = [nn.Conv2d(cin, cout, kernel, stride, (kernel - 1) // 2, groups=groups, bias=False),
+              nn.BatchNorm2d(cout, eps=0.001, momentum=0.01)]
+    if act is not None:
+        layers.append(act(inplace=True))
+    return nn.Sequential(*layers)
+
+
+class SqueezeExcitation(nn.Module):
+    def __init__(self, channels: int, squeeze: int):
+        super().__init__()
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc1 = nn.Conv2d(channels, squeeze, 1)
+        self.fc2 = nn.Conv2d(squeeze, channels, 1)
+        self.relu = nn.ReLU()
+        self.scale = nn.Hardsigmoid()
+
+    def forward(self, x):
+        return x * self.scale(self.fc2(self.relu(self.fc1(self.avgpool(x)))))
+
+
+class InvertedResidual(nn.Module):
+    def __init__(self, cin: int, kernel: int, expanded: int, cout: int, se: bool, act: type, stride: int):
+        super().__init__()
+        self.residual = stride == 1 and cin == cout
+        layers = []
+        if expanded != cin:
+            layers.append(_conv_bn_act(cin, expanded, 1, act=act))
+        layers.append(_conv_bn_act(expanded, expanded, kernel, stride, groups=expanded, act=act))
+        if se:
+            layers.append(SqueezeExcitation(expanded, _make_divisible(expanded // 4)))
+        layers.append(_conv_bn_act(expanded, cout, 1))
+        self.block = nn.Sequential(*layers)
+
+    def forward(self, x):
+        y = self.block(x)
+        return y + x if self.residual else y
+
+
+class MobileNetV3Small(nn.Module):
+    # (input channels, kernel, expanded channels, output channels, squeeze-excitation, activation, stride)
+    SETTING = [(16, 3, 16, 16, True, nn.ReLU, 2), (16, 3, 72, 24, False, nn.ReLU, 2),
+               (24, 3, 88, 24, False, nn.ReLU, 1), (24, 5, 96, 40, True, nn.Hardswish, 2),
+               (40, 5, 240, 40, True, nn.Hardswish, 1), (40, 5, 240, 40, True, nn.Hardswish, 1),
+               (40, 5, 120, 48, True, nn.Hardswish, 1), (48, 5, 144, 48, True, nn.Hardswish, 1),
+               (48, 5, 288, 96, True, nn.Hardswish, 2), (96, 5, 576, 96, True, nn.Hardswish, 1),
+               (96, 5, 576, 96, True, nn.Hardswish, 1)]
+
+    def __init__(self, num_classes: int = 1000):
+        super().__init__()
+        layers = [_conv_bn_act(3, 16, 3, 2, act=nn.Hardswish)]
+        layers += [InvertedResidual(*s) for s in self.SETTING]
+        layers.append(_conv_bn_act(96, 576, 1, act=nn.Hardswish))
+        self.features = nn.Sequential(*layers)
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.classifier = nn.Sequential(nn.Linear(576, 1024), nn.Hardswish(inplace=True), nn.Dropout(0.2),
+                                        nn.Linear(1024, num_classes))
+
+    def forward(self, x):
+        return self.classifier(torch.flatten(self.avgpool(self.features(x)), 1))
+
+
+# --- BERT-base encoder -------------------------------------------------------------------------------------------
+
+class BertEncoder(nn.Module):
+    def __init__(self, layers: int = 12, width: int = 768, heads: int = 12, ffn: int = 3072):
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(width, heads, ffn, dropout=0.0, activation="gelu", layer_norm_eps=1e-12,
+                                           batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+
+    def forward(self, x):
+        return self.encoder(x)
+
+
+def _eval(model: nn.Module) -> nn.Module:
+    return model.eval().requires_grad_(False)
+
+
+def resnet18():
+    torch.manual_seed(0)
+    return _eval(ResNet18()), (torch.randn(1, 3, 224, 224),)
+
+
+def mobilenet_v3_small():
+    torch.manual_seed(0)
+    return _eval(MobileNetV3Small()), (torch.randn(1, 3, 224, 224),)
+
+
+def bert_base():
+    torch.manual_seed(0)
+    return _eval(BertEncoder()), (torch.randn(1, 128, 768),)
+
+
+MODELS = {"resnet18": resnet18, "mobilenet_v3_small": mobilenet_v3_small, "bert_base": bert_base}
