@@ -76,8 +76,10 @@ class Peers:
                                       "--work", str(work), "--threads", ",".join(map(str, threads))],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
+        while line and not line.startswith("{"):  # a library's own message on stdout
+            line = self.proc.stdout.readline()
         if not line:
-            raise RuntimeError(f"peers_runner for {name} exited ({self.proc.wait()})")
+            raise RuntimeError(f"peers_runner for {name} exited ({self.proc.wait()}); its error is above")
         self.ready = json.loads(line)
 
     def round(self, engine: str, threads: int, iters: int, warmup: int) -> dict:

@@ -36,6 +36,8 @@ def export_onnx(model: torch.nn.Module, inputs: tuple, path: Path) -> None:
     # the TorchScript exporter: one graph of plain ONNX ops, what ORT's and OpenVINO's own guides start from
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        # eval-mode Transformer layers take torch's fused fast path, which has no ONNX form; the plain ops do
+        torch.backends.mha.set_fastpath_enabled(False)
         torch.onnx.export(model, inputs, str(path), dynamo=False, opset_version=17,
                           input_names=[f"input{i}" for i in range(len(inputs))])
 

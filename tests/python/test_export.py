@@ -368,3 +368,20 @@ def test_a_dynamic_sequence_through_an_lstm_names_torchs_limit(tmp_path):
            "length of torch's RNN modules (torch's limit, not your model's)" in message, message
     assert "only runs" not in message
     assert list(tmp_path.iterdir()) == []
+
+
+def test_freezing_puts_convolutions_on_onednn_with_packed_weights_and_no_freeze_keeps_them_as_they_are(tmp_path):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU()).eval()
+    x = torch.randn(1, 3, 16, 16)
+    libraries = {}
+    for freeze in (True, False):
+        path = export_package(model, (x,), tmp_path / f"freeze_{freeze}.pt2", golden=1, freeze=freeze)  # verified
+        with zipfile.ZipFile(path) as z:
+            libraries[freeze] = b"".join(z.read(n) for n in z.namelist() if n.endswith(".wrapper.so"))
+        assert torch.allclose(load_package(path)(x), model(x), atol=1e-5)
+    # frozen: the batch norm folded in, the convolution + ReLU one oneDNN call on packed weights; else ATen's
+    assert b"mkldnn__convolution_pointwise" in libraries[True]
+    assert b"aoti_torch_cpu_convolution" not in libraries[True]
+    assert b"aoti_torch_cpu_convolution" in libraries[False]
+    assert b"mkldnn" not in libraries[False]
