@@ -55,7 +55,8 @@ def export_package(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor
                    ops_libraries: Sequence[str | os.PathLike] = (),
                    tolerances: dict[str, tuple] | None = None, allow_degenerate_golden: bool = False,
                    golden_max_mb: float | None = 16,
-                   golden_inputs: Sequence[Sequence[torch.Tensor] | torch.Tensor] = (), freeze: bool = True) -> Path:
+                   golden_inputs: Sequence[Sequence[torch.Tensor] | torch.Tensor] = (),
+                   optimize: str = "fold") -> Path:
     """Export `model` to a self-describing, self-verifying AOTInductor package at `package_path` (.pt2).
 
     dynamic_batch: (min, max) for a dynamic dim 0 shared by every input (the shorthand for a Dim "batch").
@@ -85,12 +86,14 @@ def export_package(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor
         one-input model), within the dynamic ranges: recorded after the example, before the generated cases, which
         only add sizes these do not have. Give them when generated inputs are not what the model is for (a
         mask, token ids, values with a meaning); generated bool and integer inputs follow the example's pattern.
-    freeze: compile the weights in as constants (inductor's freezing, CPU packages): batch norms folded into their
-        convolutions, constant subgraphs computed once, convolutions and linear layers on oneDNN with their weights
-        packed ahead (for the variants of this machine's arch; reordered at run time where another CPU wants another
-        layout). ResNet-18 runs ~30 % faster (docs/performance.md). False: the weights stay as the model holds them.
+    optimize: what the compile may do to the weights (CPU packages; docs/performance.md): "fold" (the default)
+        compiles them in as constants (inductor's freezing): batch norms folded into their convolutions, constant
+        subgraphs computed once, the same kernels otherwise, NaN and inf propagating as in eager (ResNet-18 -20 %).
+        "none": they stay parameters, as the model holds them.
     """
     path = Path(package_path)
+    if optimize not in OPTIMIZE:
+        raise ExportError(f"expected optimize as one of {', '.join(OPTIMIZE)}, got {optimize!r}")
     inputs = _check_arguments(model, example_inputs, path, dynamic_batch, golden, device, metadata)
     given = _check_golden_inputs(golden_inputs, inputs)
     if golden_max_mb is not None and (isinstance(golden_max_mb, bool) or not isinstance(golden_max_mb, (int, float))
@@ -111,13 +114,14 @@ def export_package(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor
             warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
                                     category=FutureWarning)
             return _export_checked(model, inputs, path, device, dims, golden, metadata, tolerances, variant_names,
-                                   allow_degenerate_golden, golden_max_mb, given, freeze and device == "cpu")
+                                   allow_degenerate_golden, golden_max_mb, given,
+                                   optimize if device == "cpu" else "none")
     finally:
         model.train(was_training)  # the caller's module leaves as it came (eval() is in place)
 
 
 def _export_checked(model, inputs, path, device, dims, golden, metadata, tolerances, variant_names,
-                    allow_degenerate_golden, golden_max_mb, given, freeze) -> Path:
+                    allow_degenerate_golden, golden_max_mb, given, optimize) -> Path:
     model = model.eval().to(device)
     inputs = [t.to(device) for t in inputs]
     given = [[t.to(device) for t in case] for case in given]
@@ -175,7 +179,7 @@ def _export_checked(model, inputs, path, device, dims, golden, metadata, toleran
             out = tmp / name / path.name
             out.parent.mkdir()
             with _stage(f"compile ({name})"):
-                compiled.append((_compile(ep, out, name, freeze), out))
+                compiled.append((_compile(ep, out, name, optimize), out))
         with _stage("package"):
             _finish_package(compiled, final, spec, _golden.dumps(cases))
         with _stage("verify"):
@@ -465,21 +469,24 @@ def _tolerance_table(cases, overrides) -> dict[str, dict[str, float]]:
     return table
 
 
-def _compile(ep, out: Path, name: str, freeze: bool) -> cpu.Variant:
+OPTIMIZE = ("fold", "none")
+
+
+def _compile(ep, out: Path, name: str, optimize: str) -> cpu.Variant:
     """One CPU variant into its own package file. Each compile gets a fresh inductor cache: with a shared one, a
     later compile of the same graph can be handed an earlier compile's generated code. A variant for another arch:
-    inductor's C++ only, built by the cross compiler (export_tools.cross). freeze: inductor's freezing, which it
-    applies only with gradients off; weights are packed for oneDNN only for this machine's arch (the packing is
-    this torch's, for this CPU: another arch's oneDNN may not read it)."""
+    inductor's C++ only, built by the cross compiler (export_tools.cross). optimize (export_package's): inductor
+    freezes only with gradients off. Its oneDNN weight packing stays off: it fuses activations into oneDNN calls,
+    whose ReLU maps NaN to 0 where eager gives NaN, and it packs for this CPU only."""
     from torch._inductor import config as inductor_config
     from torch._inductor.utils import fresh_cache
 
     from . import cross
 
     try:
+        freeze = optimize == "fold"
         with cpu.compiling(name) as variant, fresh_cache(), torch.no_grad() if freeze else contextlib.nullcontext(), \
-                inductor_config.patch({"freezing": freeze,
-                                       "cpp.weight_prepack": freeze and variant.arch == cpu.host_arch()}):
+                inductor_config.patch({"freezing": freeze, "cpp.weight_prepack": False}):
             if variant.arch == cpu.host_arch():
                 torch._inductor.aoti_compile_and_package(ep, package_path=str(out))
             else:

@@ -370,18 +370,27 @@ def test_a_dynamic_sequence_through_an_lstm_names_torchs_limit(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_freezing_puts_convolutions_on_onednn_with_packed_weights_and_no_freeze_keeps_them_as_they_are(tmp_path):
+
+
+def test_optimize_folds_the_weights_by_default_keeping_nan_as_eager(tmp_path):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU()).eval()
     x = torch.randn(1, 3, 16, 16)
+    odd = x.clone()
+    odd[0, 0, 4, 4], odd[0, 1, 9, 9] = float("nan"), float("inf")
     libraries = {}
-    for freeze in (True, False):
-        path = export_package(model, (x,), tmp_path / f"freeze_{freeze}.pt2", golden=1, freeze=freeze)  # verified
+    for optimize in ("fold", "none"):
+        kwargs = {} if optimize == "fold" else {"optimize": optimize}  # fold: the default
+        path = export_package(model, (x,), tmp_path / f"{optimize}.pt2", golden=1, **kwargs)  # verified
         with zipfile.ZipFile(path) as z:
-            libraries[freeze] = b"".join(z.read(n) for n in z.namelist() if n.endswith(".wrapper.so"))
-        assert torch.allclose(load_package(path)(x), model(x), atol=1e-5)
-    # frozen: the batch norm folded in, the convolution + ReLU one oneDNN call on packed weights; else ATen's
-    assert b"mkldnn__convolution_pointwise" in libraries[True]
-    assert b"aoti_torch_cpu_convolution" not in libraries[True]
-    assert b"aoti_torch_cpu_convolution" in libraries[False]
-    assert b"mkldnn" not in libraries[False]
+            libraries[optimize] = b"".join(z.read(n) for n in z.namelist() if n.endswith(".wrapper.so"))
+        # non-finite values travel as in eager (oneDNN's fused ReLU, which packed weights bring, would make NaN 0)
+        got, expected = load_package(path)(odd), model(odd)
+        assert torch.equal(got.isnan(), expected.isnan()) and expected.isnan().any()
+        assert torch.allclose(got, expected, atol=1e-5, equal_nan=True)
+    # fold: the weights compiled in as constants (the batch norm folded), ATen's convolution, nothing packed
+    assert b"_frozen_param" in libraries["fold"] and b"aoti_torch_cpu_convolution" in libraries["fold"]
+    assert b"mkldnn" not in libraries["fold"]
+    assert b"_frozen_param" not in libraries["none"] and b"mkldnn" not in libraries["none"]
+    with pytest.raises(ExportError, match="expected optimize as one of fold, none, got 'fast'"):
+        export_package(model, (x,), tmp_path / "bad.pt2", optimize="fast")
