@@ -380,6 +380,7 @@ int cmd_bench(const std::string& package, const std::vector<std::string>& ops, c
   if (error) std::rethrow_exception(error);
   const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double cpu_s = process_cpu_seconds() - cpu_start;
+  const double cores_busy = wall_s > 0 ? cpu_s / wall_s : 0.0;
   std::sort(latencies.begin(), latencies.end());
   const double mean = std::accumulate(latencies.begin(), latencies.end(), 0.0) / std::max(iters, 1);
   const double p50 = percentile(latencies, 0.5), p90 = percentile(latencies, 0.9), p99 = percentile(latencies, 0.99);
@@ -387,14 +388,14 @@ int cmd_bench(const std::string& package, const std::vector<std::string>& ops, c
   if (json) {
     nlohmann::json j = {{"latency_ms", {{"p50", p50}, {"p90", p90}, {"p99", p99}, {"mean", mean}}},
                         {"throughput_per_s", throughput},
-                        {"cpu_s", cpu_s}, {"wall_s", wall_s}, {"cores_busy", wall_s > 0 ? cpu_s / wall_s : 0.0},
+                        {"cpu_s", cpu_s}, {"wall_s", wall_s}, {"cores_busy", cores_busy},
                         {"iters", iters}, {"threads", threads}, {"runners", runners}, {"warmup", warmup},
                         {"intra_op_threads", pt2rt::num_threads()}, {"process_threads", process_threads}};
     std::cout << j.dump() << "\n";
   } else {
     std::printf("%d runs, %d threads, %d runners: p50 %.3f ms  p90 %.3f ms  p99 %.3f ms  mean %.3f ms  %.1f runs/s  "
                 "%.2f cores busy\n",
-                iters, threads, runners, p50, p90, p99, mean, throughput, wall_s > 0 ? cpu_s / wall_s : 0.0);
+                iters, threads, runners, p50, p90, p99, mean, throughput, cores_busy);
   }
   return kExitOk;
 }
