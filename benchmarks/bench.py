@@ -100,7 +100,7 @@ ops, package, inputs, iters, factory = sys.argv[1], sys.argv[2], sys.argv[3], in
 torch.ops.load_library(ops)
 import my_ops  # noqa: F401  (the fakes, so torch.compile can trace the ops)
 import export_tools
-from export_tools import models
+from my_ops import models
 x = torch.load(inputs)
 model, _ = getattr(models, factory)()
 aoti = export_tools.load_package(package)  # the variant pt2run loads; torch's loader would load them all
@@ -284,7 +284,7 @@ def main() -> int:
     parser.add_argument("--op-package", type=Path,
                         help="the op-only example package: per-call latency where the model itself costs ~nothing")
     parser.add_argument("--conv-package", type=Path,
-                        help="the conv-heavy example package (export_tools.models:conv_heavy_net)")
+                        help="the conv-heavy example package (my_ops.models:conv_heavy_net)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--quick", action="store_true", help="shorter runs and small tensors only (a smoke run)")
     parser.add_argument("--only", choices=["kernels", "runtime"], help="one part only")
@@ -333,7 +333,7 @@ def main() -> int:
                                                "run_into_vs_run": into / ours})
 
         with tempfile.TemporaryDirectory() as tmp:
-            from export_tools import models
+            from my_ops import models
             _, (example,) = models.identity_conv_net()
             # name -> (package, model factory, input)
             cases = {"small": (args.package, "identity_conv_net", example)}

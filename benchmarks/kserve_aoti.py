@@ -16,7 +16,7 @@ import my_ops  # noqa: F401  (loads the ops library the package calls)
 import torch
 from kserve import InferOutput, InferRequest, InferResponse
 
-from export_tools.export import read_spec
+from export_tools.package import read_spec
 
 _DTYPES = {"float32": "FP32", "float64": "FP64", "float16": "FP16", "bfloat16": "BF16", "int64": "INT64",
            "int32": "INT32", "bool": "BOOL", "uint8": "UINT8", "int8": "INT8", "int16": "INT16"}

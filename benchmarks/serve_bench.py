@@ -172,7 +172,7 @@ def main() -> int:
     p.add_argument("--package", type=Path, required=True, help="the example package (dynamic batch)")
     p.add_argument("--conv-package", type=Path, required=True, help="the conv-heavy package (dynamic batch)")
     p.add_argument("--classifier-package", type=Path, required=True,
-                   help="the conv classifier package (export_tools.models:conv_classifier_net, dynamic batch)")
+                   help="the conv classifier package (my_ops.models:conv_classifier_net, dynamic batch)")
     p.add_argument("--kserve-python", type=Path, help="a Python with kserve and torch (none: pt2serve only)")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--seconds", type=float, default=5.0, help="per point")

@@ -11,8 +11,8 @@ from . import _version
 __version__ = _version.read()
 
 _LAZY = {
-    "compare_package": ".export", "export_package": ".export", "load_package": ".export", "read_golden": ".export",
-    "read_spec": ".export", "verify_package": ".export", "load_ops_library": ".libraries",
+    "export_package": ".export", "compare_package": ".package", "load_package": ".package", "read_golden": ".package",
+    "read_spec": ".package", "verify_package": ".package", "load_ops_library": ".libraries",
     "ExportError": ".errors", "CpuVariantError": ".errors", "DynamicShapesError": ".errors", "OpsLibraryError": ".errors",
 }
 

@@ -181,7 +181,7 @@ def _format_spec(spec: dict) -> str:
 
 
 def _cmd_inspect(args) -> int:
-    from .export import package_sizes, read_spec
+    from .package import package_sizes, read_spec
     spec = read_spec(args.package)
     if args.json:
         print(json.dumps(spec, indent=2))
@@ -197,7 +197,7 @@ def _cmd_inspect(args) -> int:
 
 def _cmd_verify(args) -> int:
     from .cpu import host_arch
-    from .export import read_spec, verify_package
+    from .package import read_spec, verify_package
     _load_ops_libraries(args)
     report = verify_package(args.package)
     for v in read_spec(args.package)["variants"]:
@@ -232,7 +232,7 @@ def _case_inputs(path: Path) -> tuple:
 
 
 def _cmd_compare(args) -> int:
-    from .export import compare_package
+    from .package import compare_package
     _load_ops_libraries(args)
     model, example = _load_factory(args.model)
     cases = [_case_inputs(p) for p in args.input] if args.input else [example]

@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import CpuVariantError
+from .package import model_dir
 from .targets import target_torch
 
-MODEL_DIR = "data/aotinductor/model/"
+MODEL_DIR = model_dir("model")  # an AOTInductor package of one model, as aoti_compile_and_package writes it
 _TRIPLETS = {"linux-aarch64": "aarch64-linux-gnu"}
 # what the loader needs of inductor's C++ package; the rest (sources, build files, host objects) stays behind
 _DROPPED_SUFFIXES = (".cpp", ".o", "_compile_flags.json", "_linker_flags.json", "CMakeLists.txt", "script.ld")

@@ -3,7 +3,9 @@
 Found, in order: PT2RT_TORCH_<TARGET> (a libtorch folder: include/ and lib/libtorch_cpu.so), then what
 `python -m export_tools fetch-target <TARGET>` unpacked into the per-machine folder (PT2RT_TARGETS_DIR, default
 ~/.cache/pt2rt/targets/<TARGET>/torch-<version>/torch). fetch-target takes the headers and the CPU libraries out of
-that target's torch wheel of this torch's version (PyPI's aarch64 wheel; `--wheel FILE` uses one already on disk).
+that target's torch wheel of this torch's version (PyPI's aarch64 wheel; `--wheel FILE` uses one already on disk),
+and writes a CPU-only TorchConfig.cmake beside them, so `find_package(Torch)` of a cross build (an ops library of
+your own, docs/ops.md) finds it there.
 """
 
 from __future__ import annotations
@@ -25,6 +27,41 @@ log = logging.getLogger("export_tools")
 _TARGETS = {
     "linux-aarch64": (("manylinux_2_28_aarch64", "manylinux_2_17_aarch64", "manylinux2014_aarch64"), "aarch64", 183),
 }
+# Imported targets of the fetched libtorch for CMake (the wheel's own TorchConfig.cmake insists on CUDA): the text of
+# recipes/libtorch's, which test_cpu.py keeps equal.
+_CPU_TORCH_CONFIG = """\
+# libtorch @VERSION@, CPU only, for linux-aarch64 (pt2rt's libtorch recipe): torch = torch_cpu + c10.
+get_filename_component(TORCH_INSTALL_PREFIX "${CMAKE_CURRENT_LIST_DIR}/../../.." ABSOLUTE)
+set(Torch_VERSION @VERSION@)
+set(TORCH_INCLUDE_DIRS "${TORCH_INSTALL_PREFIX}/include" "${TORCH_INSTALL_PREFIX}/include/torch/csrc/api/include")
+set(TORCH_CXX_FLAGS "-D_GLIBCXX_USE_CXX11_ABI=1")
+if(NOT TARGET c10)
+  add_library(c10 SHARED IMPORTED)
+  set_target_properties(c10 PROPERTIES IMPORTED_LOCATION "${TORCH_INSTALL_PREFIX}/lib/libc10.so"
+    INTERFACE_INCLUDE_DIRECTORIES "${TORCH_INCLUDE_DIRS}" INTERFACE_COMPILE_DEFINITIONS "_GLIBCXX_USE_CXX11_ABI=1")
+  add_library(torch_cpu SHARED IMPORTED)
+  # libtorch_cpu.so's own dependencies (nvpl, Arm Compute Library, the CUDA runtime) for the linker
+  set_target_properties(torch_cpu PROPERTIES IMPORTED_LOCATION "${TORCH_INSTALL_PREFIX}/lib/libtorch_cpu.so"
+    INTERFACE_LINK_LIBRARIES c10
+    INTERFACE_LINK_OPTIONS "-Wl,-rpath-link,${TORCH_INSTALL_PREFIX}/lib:${TORCH_INSTALL_PREFIX}/../nvidia/cu13/lib")
+  add_library(torch INTERFACE IMPORTED)
+  set_target_properties(torch PROPERTIES INTERFACE_LINK_LIBRARIES "torch_cpu;c10")
+endif()
+set(TORCH_LIBRARY "${TORCH_INSTALL_PREFIX}/lib/libtorch_cpu.so")
+set(TORCH_LIBRARIES torch)
+set(Torch_FOUND TRUE)
+"""
+_CPU_TORCH_CONFIG_VERSION = """\
+set(PACKAGE_VERSION "@VERSION@")
+if(PACKAGE_FIND_VERSION VERSION_GREATER PACKAGE_VERSION)
+  set(PACKAGE_VERSION_COMPATIBLE FALSE)
+else()
+  set(PACKAGE_VERSION_COMPATIBLE TRUE)
+  if(PACKAGE_FIND_VERSION STREQUAL PACKAGE_VERSION)
+    set(PACKAGE_VERSION_EXACT TRUE)
+  endif()
+endif()
+"""
 # Libraries of the wheel that the target's model libraries never link: CUDA, Python, torch's tests.
 _SKIPPED_LIBS = ("cuda", "nvrtc", "nvshmem", "python", "libshm", "global_deps", "libtorch.so")
 
@@ -85,8 +122,10 @@ def _download(target: str, version: str, into: Path) -> Path:
     result = subprocess.run(cmd, capture_output=True, text=True)
     wheels = sorted(into.glob("torch-*.whl"))
     if result.returncode != 0 or not wheels:
-        last = (result.stderr.strip().splitlines() or ["no wheel written"])[-1]
-        raise CpuVariantError(f"cannot download torch {version} for {target}: {last} (with no package index, give "
+        lines = result.stderr.strip().splitlines()
+        errors = [line.removeprefix("ERROR: ") for line in lines if line.startswith("ERROR: ")]
+        why = errors[0] if errors else (lines or ["no wheel written"])[-1]  # pip's first error says what it missed
+        raise CpuVariantError(f"cannot download torch {version} for {target}: {why} (with no package index, give "
                               f"the wheel with --wheel FILE)")
     return wheels[0]
 
@@ -116,6 +155,7 @@ def _unpack(wheel: Path, target: str, version: str, dest: Path) -> None:
         with open(torch_dir / "lib" / "libtorch_cpu.so", "rb") as f:
             if _elf_machine(f.read(20)) != machine:
                 raise CpuVariantError(f"{wheel}'s libtorch_cpu.so is not built for {target}")
+        _write_cmake_config(torch_dir, version)
         try:
             os.rename(torch_dir, dest)
         except OSError:
@@ -125,11 +165,22 @@ def _unpack(wheel: Path, target: str, version: str, dest: Path) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
+def _write_cmake_config(torch_dir: Path, version: str) -> None:
+    cmake_dir = torch_dir / "share" / "cmake" / "Torch"
+    cmake_dir.mkdir(parents=True, exist_ok=True)
+    for name, text in (("TorchConfig.cmake", _CPU_TORCH_CONFIG), ("TorchConfigVersion.cmake", _CPU_TORCH_CONFIG_VERSION)):
+        tmp = cmake_dir / f".{name}.{os.getpid()}"
+        tmp.write_text(text.replace("@VERSION@", version))
+        os.replace(tmp, cmake_dir / name)
+
+
 def fetch_target(target: str, wheel: Path | None = None) -> Path:
     """Unpacks the target's libtorch (of this torch's version) into the per-machine folder, once; returns it."""
     _check_target(target)
     dest = fetched_dir(target)
     if is_libtorch(dest):
+        if not (dest / "share" / "cmake" / "Torch" / "TorchConfig.cmake").is_file():  # fetched by an older version
+            _write_cmake_config(dest, _torch_version())
         return dest
     version = _torch_version()
     dest.parent.mkdir(parents=True, exist_ok=True)

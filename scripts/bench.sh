@@ -34,7 +34,7 @@ export_if_missing() {
   [ -f "$package" ] && return
   log "export $factory -> ${package#"$ROOT"/}"
   mkdir -p "$(dirname "$package")"
-  "$PYTHON" -m export_tools -q export --model "export_tools.models:$factory" --out "$package" "$@"
+  "$PYTHON" -m export_tools -q export --model "my_ops.models:$factory" --out "$package" "$@"
 }
 PACKAGE=$ROOT/build/models/identity_conv_net.pt2
 OP_PACKAGE=$ROOT/build/models/identity_conv_op_only.pt2

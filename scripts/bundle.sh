@@ -24,7 +24,7 @@ cp -a "$TORCH"/lib/*.so* "$TORCH"/../nvidia/cu13/lib/*.so* "$DIST/lib/"
 log "export identity_conv_net for $TARGET -> dist-$TARGET/models/"
 mkdir -p "$DIST/models"
 IDENTITY_CONV_OPS_LIBRARY=$BUILD_DIR/lib/libidentity_conv_ops.so "$PYTHON" -m export_tools -q export \
-  --model export_tools.models:identity_conv_net --out "$DIST/models/identity_conv_net.pt2" --dynamic-batch 1:32 \
+  --model my_ops.models:identity_conv_net --out "$DIST/models/identity_conv_net.pt2" --dynamic-batch 1:32 \
   --target "$TARGET"
 
 log "check dist-$TARGET/"

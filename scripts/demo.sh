@@ -16,7 +16,7 @@ log "the ops library from Python"
 # native: fastest on this machine, but only for CPUs with all of this one's features.)
 CPU_ISA=default,avx2,avx512
 log "export identity_conv_net (dynamic batch 1..32, CPU variants $CPU_ISA) -> build/models/identity_conv_net.pt2"
-"$PYTHON" -m export_tools export --model export_tools.models:identity_conv_net \
+"$PYTHON" -m export_tools export --model my_ops.models:identity_conv_net \
   --out "$MODELS/identity_conv_net.pt2" --dynamic-batch 1:32 --cpu-isa "$CPU_ISA"
 
 log "what the package says about itself"
@@ -54,7 +54,7 @@ log "env -i dist/bin/pt2run run dist/models/identity_conv_net.pt2 --input frame.
   --output "$DIST/models/out.pt"
 "$PYTHON" - "$DIST/models/frame.pt" "$DIST/models/out.pt" <<'PY'
 import sys, torch
-from export_tools import models
+from my_ops import models
 model, _ = models.identity_conv_net()
 x, y = torch.load(sys.argv[1]), torch.load(sys.argv[2])
 with torch.no_grad():

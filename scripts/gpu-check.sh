@@ -62,7 +62,7 @@ step() {  # step NAME COMMAND...: runs it, prints its last lines and PASSED/FAIL
 }
 export IDENTITY_CONV_OPS_LIBRARY=$lib PYTHONPATH=$ROOT:$ROOT/ops/python
 pkg=$BUILD_DIR.net_cuda.pt2
-step "export --device cuda" "$PYTHON" -m export_tools -q export --model export_tools.models:identity_conv_net \
+step "export --device cuda" "$PYTHON" -m export_tools -q export --model my_ops.models:identity_conv_net \
   --out "$pkg" --device cuda --dynamic-batch 1:32
 step "export-tools verify (Python, GPU)" "$PYTHON" -m export_tools -q verify "$pkg"
 if [ "$runtime" = ON ] && [ -x "$BUILD_DIR/bin/pt2run" ]; then
@@ -71,7 +71,7 @@ if [ "$runtime" = ON ] && [ -x "$BUILD_DIR/bin/pt2run" ]; then
   step "pt2run verify (C++, GPU)" "$pt2run" verify "$pkg" --ops "$lib"
   "$PYTHON" - "$BUILD_DIR" <<'PY' || { echo "gpu-check: writing the input FAILED"; rc=1; }
 import sys, torch
-from export_tools import models
+from my_ops import models
 model, _ = models.identity_conv_net()
 x = torch.randn(5, 3, 32, 32, generator=torch.Generator().manual_seed(0))
 torch.save(x, sys.argv[1] + ".x.pt")

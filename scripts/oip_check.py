@@ -11,7 +11,7 @@ import torch
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from export_tools import models
+from my_ops import models
 
 MODEL = "identity_conv_net"
 

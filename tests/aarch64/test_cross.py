@@ -15,7 +15,8 @@ import jsonschema
 import pytest
 import torch
 
-from export_tools import export_package, models, read_spec
+from export_tools import export_package, read_spec
+from my_ops import models
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "cpp"))
@@ -23,6 +24,7 @@ import export_packages  # noqa: E402  (its machine cache of exported test packag
 CROSS = Path(os.environ.get("PT2RT_CROSS_BUILD_DIR", ROOT / "build" / "aarch64-release"))
 NATIVE = Path(os.environ.get("PT2RT_NATIVE_BUILD_DIR", ROOT / "build" / "cpu-release"))
 QEMU = ROOT / "scripts" / "qemu-aarch64.sh"
+CMAKE = Path(sys.executable).parent / "cmake"  # the venv's
 
 
 def pt2run_aarch64(*args, env=None, check=True):
@@ -172,3 +174,52 @@ def test_python_verify_says_what_it_could_not_run(packages):
     assert "neon (aarch64): not run on this x86_64 machine" in both.stderr and "avx2" in both.stdout
     only = verify(packages["op"])
     assert only.returncode == 1 and "nothing was verified" in only.stderr
+
+
+def test_an_op_of_your_own_cross_built_for_aarch64(tmp_path):
+    """docs/ops.md, "For linux-aarch64": a scaffolded op (export-tools new-op) built here against the native runtime
+    and this Python's torch (to export with), cross-built against the cross build's runtime and the aarch64 libtorch
+    fetch-target unpacked (with its TorchConfig.cmake), a model using it exported for linux-aarch64, and pt2run under
+    qemu running it with the cross-built library, equal to eager."""
+    def run(*cmd, **kw):
+        result = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
+        assert result.returncode == 0, f"{' '.join(map(str, cmd))}: {result.stdout[-2000:]}{result.stderr[-2000:]}"
+        return result.stdout
+
+    proj = tmp_path / "proj"
+    run(sys.executable, "-m", "export_tools", "new-op", "acme::scale2", "--out", proj)
+    fetched = Path(run(sys.executable, "-m", "export_tools", "-q", "fetch-target", "linux-aarch64").strip())
+    builds = {
+        "native": (NATIVE, [torch.utils.cmake_prefix_path], []),
+        "aarch64": (CROSS, [fetched], [f"-DCMAKE_TOOLCHAIN_FILE={ROOT / 'cmake' / 'toolchains' / 'linux-aarch64.cmake'}"]),
+    }
+    for name, (runtime_build, prefixes, extra) in builds.items():
+        dist = tmp_path / f"dist-{name}"
+        run(CMAKE, "--install", runtime_build, "--prefix", dist)
+        run(CMAKE, "-S", proj, "-B", tmp_path / f"build-{name}", "-DCMAKE_BUILD_TYPE=Release",
+            f"-DCMAKE_PREFIX_PATH={';'.join(map(str, [dist, *prefixes]))}", *extra)
+        run(CMAKE, "--build", tmp_path / f"build-{name}", "-j", os.cpu_count() or 1)
+    library = tmp_path / "build-aarch64" / "libacme_ops.so"
+    assert library.read_bytes()[18:20] == (183).to_bytes(2, "little"), "not an aarch64 library"
+
+    script = f"""
+import sys, torch
+sys.path.insert(0, {str(proj / 'python')!r})
+import os
+os.environ["ACME_OPS_LIBRARY"] = {str(tmp_path / 'build-native' / 'libacme_ops.so')!r}
+import acme_ops  # noqa: F401
+from export_tools import export_package
+
+class M(torch.nn.Module):
+    def forward(self, x):
+        return torch.ops.acme.scale2(x) + 1
+
+x = torch.randn(2, 5)
+export_package(M(), (x,), sys.argv[1], target="linux-aarch64", golden=1)
+torch.save(x, sys.argv[2])
+torch.save(M()(x), sys.argv[3])
+"""
+    run(sys.executable, "-c", script, tmp_path / "m.pt2", tmp_path / "x.pt", tmp_path / "eager.pt")
+    pt2run_aarch64("run", str(tmp_path / "m.pt2"), "--ops", str(library), "--input", str(tmp_path / "x.pt"),
+                   "--output", str(tmp_path / "y.pt"))
+    torch.testing.assert_close(torch.load(tmp_path / "y.pt"), torch.load(tmp_path / "eager.pt"))

@@ -5,7 +5,7 @@ import sys
 
 import torch
 
-from export_tools import models
+from my_ops import models
 
 
 def main() -> int:

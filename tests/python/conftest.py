@@ -16,7 +16,8 @@ def _seed():
 @pytest.fixture(scope="session")
 def exported(tmp_path_factory):
     """Exported packages, each compiled once per test session: exported(name) -> (path, model, example_inputs)."""
-    from export_tools import export_package, models
+    from export_tools import export_package
+    from my_ops import models
 
     recipes = {
         # portable: three CPU variants in one package

@@ -87,8 +87,8 @@ def assert_usage_error(code, err, message, out_dir=None):
 
 @pytest.mark.parametrize("model, message", [
     ("no_such_module_xyz:make", "cannot import module 'no_such_module_xyz'"),
-    ("export_tools.models:nope", "module 'export_tools.models' has no attribute 'nope'"),
-    ("export_tools.models", "expected --model MODULE:FACTORY, got 'export_tools.models'"),
+    ("my_ops.models:nope", "module 'my_ops.models' has no attribute 'nope'"),
+    ("my_ops.models", "expected --model MODULE:FACTORY, got 'my_ops.models'"),
     ("{mod}:not_a_pair", "{mod}:not_a_pair() must return (model, example_inputs), got int"),
     ("{mod}:not_a_module", "returned a str as the model; expected a torch.nn.Module"),
     ("{mod}:bad_inputs", "returned example inputs of type str; expected a tuple of tensors"),
@@ -118,7 +118,7 @@ def test_dynamic_range_the_model_cannot_export(private_tmp, capsys, tmp_path, us
     ("{tmp}/m.onnx", "expected a package path ending in .pt2"),
 ])
 def test_bad_output_path(private_tmp, capsys, tmp_path, out, message):
-    code, _, err = run_cli(capsys, "export", "--model", "export_tools.models:identity_conv_op_only",
+    code, _, err = run_cli(capsys, "export", "--model", "my_ops.models:identity_conv_op_only",
                            "--out", out.format(tmp=tmp_path))
     assert_usage_error(code, err, message.format(tmp=tmp_path), tmp_path)
 
@@ -133,7 +133,7 @@ def test_bad_output_path(private_tmp, capsys, tmp_path, out, message):
     (["--golden-inputs", "/dev/null"], "--golden-inputs /dev/null: not a file torch.load reads"),
 ])
 def test_bad_options(private_tmp, capsys, tmp_path, extra, message):
-    code, _, err = run_cli(capsys, "export", "--model", "export_tools.models:identity_conv_op_only",
+    code, _, err = run_cli(capsys, "export", "--model", "my_ops.models:identity_conv_op_only",
                            "--out", str(tmp_path / "m.pt2"), *extra)
     assert code == 2 and message in err and "Traceback" not in err, err
     assert list(tmp_path.iterdir()) == []
@@ -171,7 +171,7 @@ def run_process(*argv, **env):
 
 
 def test_library_not_built_is_one_line(private_tmp, tmp_path):
-    result = run_process("export", "--model", "export_tools.models:identity_conv_op_only", "--out",
+    result = run_process("export", "--model", "my_ops.models:identity_conv_op_only", "--out",
                          str(tmp_path / "m.pt2"), IDENTITY_CONV_OPS_LIBRARY=str(tmp_path / "libmissing.so"))
     assert_usage_error(result.returncode, result.stderr, "does not name a file", tmp_path)
 
@@ -190,7 +190,7 @@ def test_help_everywhere():
 
 def test_export_inspect_verify_graph(capsys, tmp_path):
     out = tmp_path / "op.pt2"
-    code, stdout, err = run_cli(capsys, "export", "--model", "export_tools.models:identity_conv_op_only",
+    code, stdout, err = run_cli(capsys, "export", "--model", "my_ops.models:identity_conv_op_only",
                                 "--out", str(out), "--golden", "2", "--metadata", "owner=tests")
     assert code == 0, err
     assert stdout.strip() == str(out) and out.is_file()
@@ -207,7 +207,7 @@ def test_export_inspect_verify_graph(capsys, tmp_path):
     code, stdout, _ = run_cli(capsys, "-q", "verify", str(out))
     assert code == 0 and stdout.count("ok ") == 2
 
-    code, stdout, _ = run_cli(capsys, "-q", "graph", "--model", "export_tools.models:identity_conv_net")
+    code, stdout, _ = run_cli(capsys, "-q", "graph", "--model", "my_ops.models:identity_conv_net")
     assert code == 0 and "call_torchbind" in stdout and "my_ops.identity_conv_op" in stdout
 
 
@@ -226,7 +226,7 @@ def test_compare_runs_the_package_and_the_eager_model_on_the_same_inputs(capsys,
     here = [v["isa"] for v in read_spec(path)["variants"] if not cpu.runs_here(v["arch"], v["cpu_features"])]
     torch.save(torch.randn(3, 3, 32, 32), tmp_path / "x.pt")
     torch.save([torch.randn(5, 3, 32, 32)], tmp_path / "list.pt")
-    model = ("--model", "export_tools.models:identity_conv_net")
+    model = ("--model", "my_ops.models:identity_conv_net")
     code, out, err = run_cli(capsys, "-q", "compare", str(path), *model, "--input", str(tmp_path / "x.pt"),
                              "--input", str(tmp_path / "list.pt"))
     assert code == 0, err
@@ -238,7 +238,7 @@ def test_compare_runs_the_package_and_the_eager_model_on_the_same_inputs(capsys,
     assert code == 0 and len(out.splitlines()) == len(here), out
 
     (tmp_path / "shifted.py").write_text(
-        "import torch\nfrom export_tools import models\n\n"
+        "import torch\nfrom my_ops import models\n\n"
         "class Shifted(torch.nn.Module):\n"
         "    def __init__(self):\n        super().__init__()\n        self.net, _ = models.identity_conv_net()\n\n"
         "    def forward(self, x):\n        return self.net(x) + 0.5\n\n"
@@ -259,7 +259,7 @@ def test_compare_runs_the_package_and_the_eager_model_on_the_same_inputs(capsys,
 def test_verify_exits_1_when_a_golden_case_does_not_match(capsys, tmp_path, exported):
     """A package whose golden outputs were changed after export: `verify` reports the case and exits 1."""
     from export_tools import golden
-    from export_tools.export import GOLDEN_RECORD, read_golden
+    from export_tools.package import GOLDEN_RECORD, read_golden
 
     path, _, _ = exported("op_static")
     cases = read_golden(path)

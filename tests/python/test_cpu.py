@@ -1,7 +1,9 @@
 """export_tools.cpu: CPU variants, the features their flags imply, and that each compiled variant holds code for
 its own ISA only."""
 
+import ast
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -22,6 +24,7 @@ X86_64_V3 = {"avx", "avx2", "bmi", "bmi2", "crc32", "cx16", "f16c", "fma", "lahf
              "sse3", "sse4_1", "sse4_2", "ssse3", "xsave"}
 AVX512_BASE = {"avx512f", "avx512dq", "avx512vl", "avx512bw"}
 TORCH_VERSION = torch.__version__.split("+")[0]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_torch_isa_class_is_classified():
@@ -110,7 +113,8 @@ def test_same_graph_other_weights_gets_its_own_code_in_every_variant(exported, t
     for the same variants: each variant must be its own library and reproduce its own eager model (export verifies
     every variant this CPU runs; the runtime forces each one below)."""
     import torch
-    from export_tools import export_package, load_package, models
+    from export_tools import export_package, load_package
+    from my_ops import models
 
     first, _, _ = exported("net_dynamic")
     model, (x,) = models.identity_conv_net()
@@ -174,9 +178,15 @@ def test_cross_target_without_its_libtorch_says_what_to_run(monkeypatch, tmp_pat
 
 
 def _wheel(path: Path, machine: int) -> Path:
-    """A stand-in torch wheel: a header and libraries whose ELF header names `machine` (183: aarch64, 62: x86-64)."""
+    """A stand-in torch wheel: a header and libraries whose ELF header names `machine` (183: aarch64, 62: x86-64),
+    and the metadata pip reads."""
     elf = b"\x7fELF" + bytes(14) + machine.to_bytes(2, "little") + bytes(44)
+    _, version, *tags = path.stem.split("-")
     with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr(f"torch-{version}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n")
+        zf.writestr(f"torch-{version}.dist-info/WHEEL", f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\n"
+                                                        f"Tag: {'-'.join(tags)}\n")
+        zf.writestr(f"torch-{version}.dist-info/RECORD", "")
         zf.writestr("torch/__init__.py", "")
         zf.writestr("torch/include/torch/script.h", "// a header\n")
         for lib in ("libtorch_cpu.so", "libc10.so", "libgomp.so.1", "libtorch_cuda.so", "libc10_cuda.so",
@@ -215,6 +225,42 @@ def test_fetch_target_unpacks_the_libtorch_export_then_finds(monkeypatch, tmp_pa
     assert sorted(p.name for p in (fetched / "lib").iterdir()) == ["libc10.so", "libgomp.so.1", "libtorch_cpu.so"]
     assert (fetched / "include" / "torch" / "script.h").is_file()
     assert targets.target_torch("linux-aarch64") == fetched
+    # find_package(Torch) of a cross build finds a CPU-only config there, the text the libtorch recipe writes
+    recipe = ast.parse((ROOT / "recipes" / "libtorch" / "all" / "conanfile.py").read_text())
+    (config,) = [n.value.value for n in recipe.body if isinstance(n, ast.Assign) and
+                 getattr(n.targets[0], "id", None) == "_CPU_TORCH_CONFIG"]
+    written = fetched / "share" / "cmake" / "Torch" / "TorchConfig.cmake"
+    assert written.read_text() == config.replace("@VERSION@", TORCH_VERSION)
+    assert f'set(PACKAGE_VERSION "{TORCH_VERSION}")' in (written.parent / "TorchConfigVersion.cmake").read_text()
+    written.unlink()  # fetched by a version that wrote none: the next fetch-target adds it
+    assert main(["fetch-target", "linux-aarch64", "--wheel", str(good)]) == 0 and written.is_file()
+    capsys.readouterr()
     # once per machine: a second fetch finds it and downloads nothing
     monkeypatch.setattr(targets, "_download", lambda *a: pytest.fail("downloaded again"))
     assert main(["fetch-target", "linux-aarch64"]) == 0 and Path(capsys.readouterr().out.strip()) == fetched
+
+
+def test_fetch_target_downloads_this_torchs_wheel_with_pip(monkeypatch, tmp_path, capsys):
+    """fetch-target without --wheel: pip downloads this torch's wheel for the target - here from a folder standing in
+    for the package index (PIP_NO_INDEX, PIP_FIND_LINKS: pip's own settings, read from the environment). With none
+    to be had, a one-line error naming --wheel; a wheel of another torch version is not taken."""
+    from export_tools.__main__ import main
+    monkeypatch.delenv("PT2RT_TORCH_LINUX_AARCH64", raising=False)
+    monkeypatch.setenv("PT2RT_TARGETS_DIR", str(tmp_path / "targets"))
+    index = tmp_path / "index"
+    index.mkdir()
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(index))
+    py = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    _wheel(index / f"torch-1.0.0-{py}-{py}-manylinux_2_28_aarch64.whl", 183)
+    _wheel(index / f"torch-{TORCH_VERSION}-{py}-{py}-manylinux_2_28_x86_64.whl", 62)
+    code = main(["fetch-target", "linux-aarch64"])
+    err = capsys.readouterr().err
+    (error,) = [line for line in err.splitlines() if "error:" in line]
+    assert code == 2 and f"cannot download torch {TORCH_VERSION} for linux-aarch64: " in error, err
+    assert "torch==2" in error and "--wheel FILE" in error, err  # pip's own reason, then the way out
+    _wheel(index / f"torch-{TORCH_VERSION}-{py}-{py}-manylinux_2_28_aarch64.whl", 183)
+    assert main(["fetch-target", "linux-aarch64"]) == 0
+    fetched = Path(capsys.readouterr().out.strip())
+    assert fetched == tmp_path / "targets" / "linux-aarch64" / f"torch-{TORCH_VERSION}" / "torch"
+    assert sorted(p.name for p in (fetched / "lib").iterdir()) == ["libc10.so", "libgomp.so.1", "libtorch_cpu.so"]

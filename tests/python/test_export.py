@@ -8,9 +8,11 @@ import pytest
 import torch
 
 import export_tools
-from export_tools import ExportError, cpu, export_package, load_package, models, read_spec, verify_package
+from export_tools import ExportError, cpu, export_package, load_package, read_spec, verify_package
+from my_ops import models
 from export_tools.dynamic import normalize
-from export_tools.export import GOLDEN_RECORD, _export, read_golden
+from export_tools.export import _export
+from export_tools.package import GOLDEN_RECORD, read_golden
 
 SCHEMA = json.loads((__import__("pathlib").Path(__file__).parents[2] / "docs" / "pt2rt-spec-2.schema.json").read_text())
 

@@ -8,7 +8,7 @@ import torch
 
 from export_tools import ExportError, export_package, read_golden, read_spec
 from export_tools.__main__ import main
-from export_tools.export import package_sizes
+from export_tools.package import package_sizes
 from packages import pt2run
 
 

@@ -146,7 +146,7 @@ def infer_in_thread(url: str, model: str, x: np.ndarray):
 
 def eager(exported, x: np.ndarray) -> torch.Tensor:
     # a fresh instance: other tests may change the session fixture's model in place after exporting it
-    from export_tools import models
+    from my_ops import models
     model, _ = models.identity_conv_net()
     with torch.no_grad():
         return model(torch.from_numpy(x))
@@ -251,7 +251,7 @@ def test_a_classifier_batched_under_concurrent_clients_gives_each_its_rows(expor
     """The serving benchmark's batching model - stride-2 stages, a global pool and a linear head, so rows that mixed
     would show - batched from concurrent requests of 1-3 frames: each gets eager's answer for its own frames, over
     HTTP and gRPC."""
-    from export_tools import models
+    from my_ops import models
 
     path, _, _ = exported("classifier")
     repo = tmp_path / "models"
@@ -371,7 +371,8 @@ def test_grpc_errors_carry_the_protocol_status(server, exported):
 def test_outputs_that_alias_an_input_or_a_constant_are_answered_from_owned_memory(tmp_path):
     """pt2serve frees a request's inputs before it writes the answer: outputs that were views of them would answer
     with freed memory. Concurrent requests over both transports, every output exactly eager's."""
-    from export_tools import export_package, models
+    from export_tools import export_package
+    from my_ops import models
     model, inputs = models.aliasing_outputs()
     package = export_package(model, inputs, tmp_path / "aliasing.pt2", dynamic_batch=(1, 8), cpu_isa="default")
     repo = tmp_path / "models"

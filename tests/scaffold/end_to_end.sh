@@ -29,7 +29,8 @@ echo "== a model using acme::scale2 and my_ops -> one package"
 cat > export_both.py <<'PY'
 import sys, torch
 import acme_ops  # noqa: F401  (loads build/libacme_ops.so, registers its fake)
-from export_tools import export_package, models, read_spec
+from export_tools import export_package, read_spec
+from my_ops import models
 
 class Both(torch.nn.Module):
     def __init__(self):

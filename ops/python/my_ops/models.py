@@ -1,9 +1,8 @@
-"""Example models, users of the example ops package my_ops. Each factory returns (model, example_inputs), the shape
-`export --model MODULE:FACTORY` takes."""
+"""Example models that call this package's ops (`import my_ops.models` loads the ops library first). Each factory
+returns (model, example_inputs), the shape `export-tools export --model my_ops.models:FACTORY` takes."""
 
 from __future__ import annotations
 
-import my_ops  # noqa: F401  loads the ops library and registers its fakes
 import torch
 
 
