@@ -4,6 +4,8 @@
 #include <netinet/tcp.h>
 #include <malloc.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
@@ -56,6 +58,9 @@ constexpr size_t kCompressFrom = 1024;
 // when the model does not batch, its recent requests took less than this, and the body is no larger than below
 constexpr uint64_t kInlineUnderNs = 200'000;
 constexpr size_t kInlineMaxBody = 64 * 1024;
+// a batching model's request with a body up to this size is parsed on the loop and queued for the batcher from there
+// (two hand-offs fewer); larger ones go through a worker, which also writes their answer off the batcher's thread
+constexpr size_t kBatchFromLoopMaxBody = 16 * 1024;
 
 json tensor_metadata(const pt2rt::TensorSpec& t) {
   return {{"name", t.name}, {"datatype", datatype_name(t.dtype)}, {"shape", t.shape}};
@@ -83,6 +88,8 @@ struct Request {
   std::string content_encoding, accept_encoding, content_type, header_length;
   bool has_header_length = false;
   evbuffer* body = nullptr;  // the body's bytes, moved out of the connection's buffer
+  size_t counted = 0;        // of them, what counts against max_buffered_bytes until the body is released
+  std::optional<HttpInferRequest> parsed;  // an inference the loop has parsed already (body then null)
 };
 
 struct Response {
@@ -167,17 +174,85 @@ class Handlers {
     try {
       res = route(r);
     } catch (...) {
-      const Failure f = current_failure();
-      res = json_response(http_status(f.kind), {{"error", f.message}});
+      res = failure_response();
     }
+    finish(res, r.accept_encoding);
+    return res;
+  }
+
+  // The exception being handled as the client is told it.
+  static Response failure_response() {
+    const Failure f = current_failure();
+    return json_response(http_status(f.kind), {{"error", f.message}});
+  }
+
+  // Compresses a text answer the client accepts compressed.
+  static void finish(Response& res, const std::string& accept_encoding) {
     const bool text = res.content_type == "application/json" || res.content_type.rfind("text/", 0) == 0;
-    if (text && res.body.size() >= kCompressFrom && res.body.size() < (1u << 30) && !r.accept_encoding.empty()) {
-      const std::string coding = response_coding(r.accept_encoding);
+    if (text && res.body.size() >= kCompressFrom && res.body.size() < (1u << 30) && !accept_encoding.empty()) {
+      const std::string coding = response_coding(accept_encoding);
       if (!coding.empty()) {
         res.body = encode_body(coding, res.body);
         res.headers.emplace_back("Content-Encoding", coding);
         res.headers.emplace_back("Vary", "Accept-Encoding");
       }
+    }
+  }
+
+  // A model that batches and the request, parsed, when the loop may queue this inference for the batcher itself
+  // (an uncompressed body up to kBatchFromLoopMaxBody): parsing it takes microseconds, and the batcher's completion
+  // answers through the loop - no worker between. Null when a worker should take the request as it is; a
+  // malformed body throws as the worker would.
+  ModelPtr batchable(Request& r) {
+    const auto& s = r.segments;
+    const bool versioned = s.size() == 6 && s[3] == "versions";
+    if (!r.post || s.size() != (versioned ? 6u : 4u) || s[0] != "v2" || s[1] != "models" || s.back() != "infer" ||
+        !r.content_encoding.empty() || !r.body || evbuffer_get_length(r.body) > kBatchFromLoopMaxBody) {
+      return nullptr;
+    }
+    ModelPtr m;
+    try {
+      m = registry_.find(s[2], versioned ? s[4] : "", true);
+    } catch (...) {
+      return nullptr;  // the worker answers with the error
+    }
+    if (!m->batching() || !m->ready()) return nullptr;
+    m->stats().requests++;
+    try {
+      r.parsed = parse_infer(*m, r);
+    } catch (...) {
+      m->stats().failures++;
+      throw;
+    }
+    return m;
+  }
+
+  // The answer to a parsed inference once the model has run it.
+  Response respond(Model& m, const HttpInferRequest& parsed, const std::vector<pt2rt::Tensor>& outputs) {
+    const auto& spec = m.spec();
+    json out = {{"model_name", m.name()}, {"model_version", m.version()}, {"outputs", json::array()}};
+    if (!parsed.id.is_null()) out["id"] = parsed.id;
+    std::vector<const pt2rt::Tensor*> binary;  // appended after the JSON, in order
+    for (const auto& [i, as_binary] : parsed.outputs) {
+      const auto& t = outputs[i];
+      json o = {{"name", spec.outputs[i].name}, {"datatype", datatype_name(t.dtype())}, {"shape", t.shape()}};
+      if (as_binary) {
+        o["parameters"] = {{"binary_data_size", t.nbytes()}};
+        binary.push_back(&t);
+      } else {
+        o["data"] = tensor_to_json(t);
+      }
+      out["outputs"].push_back(std::move(o));
+    }
+    Response res;
+    res.body = dump(out);
+    if (!binary.empty()) {
+      res.headers.emplace_back(kHeaderLength, std::to_string(res.body.size()));
+      size_t total = res.body.size();
+      for (const auto* t : binary) total += t->nbytes();
+      res.body.reserve(total);
+      for (const auto* t : binary) res.body.append(static_cast<const char*>(t->data()), t->nbytes());
+      res.content_type = "application/octet-stream";
     }
     return res;
   }
@@ -276,7 +351,7 @@ class Handlers {
   }
 
   Response infer(const ModelPtr& m, Request& r) {
-    m->stats().requests++;
+    if (!r.parsed) m->stats().requests++;  // else counted by batchable()
     try {
       const auto start = std::chrono::steady_clock::now();
       Response res = infer_checked(*m, r);
@@ -292,40 +367,16 @@ class Handlers {
     }
   }
 
+  HttpInferRequest parse_infer(Model& m, Request& r) {
+    const Body body = read_body(r);  // freed once parsed: the inputs hold their own copies
+    return parse_http_infer(m.spec(), body.view(), r.has_header_length ? &r.header_length : nullptr,
+                            max_request_bytes_);
+  }
+
   Response infer_checked(Model& m, Request& r) {
-    HttpInferRequest parsed;
-    {
-      const Body body = read_body(r);  // freed once parsed: the inputs hold their own copies
-      parsed = parse_http_infer(m.spec(), body.view(), r.has_header_length ? &r.header_length : nullptr,
-                                max_request_bytes_);
-    }
+    HttpInferRequest parsed = r.parsed ? std::move(*r.parsed) : parse_infer(m, r);
     const auto outputs = m.infer(std::move(parsed.inputs));
-    const auto& spec = m.spec();
-    json out = {{"model_name", m.name()}, {"model_version", m.version()}, {"outputs", json::array()}};
-    if (!parsed.id.is_null()) out["id"] = parsed.id;
-    std::vector<const pt2rt::Tensor*> binary;  // appended after the JSON, in order
-    for (const auto& [i, as_binary] : parsed.outputs) {
-      const auto& t = outputs[i];
-      json o = {{"name", spec.outputs[i].name}, {"datatype", datatype_name(t.dtype())}, {"shape", t.shape()}};
-      if (as_binary) {
-        o["parameters"] = {{"binary_data_size", t.nbytes()}};
-        binary.push_back(&t);
-      } else {
-        o["data"] = tensor_to_json(t);
-      }
-      out["outputs"].push_back(std::move(o));
-    }
-    Response res;
-    res.body = dump(out);
-    if (!binary.empty()) {
-      res.headers.emplace_back(kHeaderLength, std::to_string(res.body.size()));
-      size_t total = res.body.size();
-      for (const auto* t : binary) total += t->nbytes();
-      res.body.reserve(total);
-      for (const auto* t : binary) res.body.append(static_cast<const char*>(t->data()), t->nbytes());
-      res.content_type = "application/octet-stream";
-    }
-    return res;
+    return respond(m, parsed, outputs);
   }
 
   std::string metrics() {
@@ -425,6 +476,18 @@ struct HttpService::Impl {
   int port = -1;
   bool stopping = false;  // loop thread only
   size_t in_flight = 0;   // loop thread only: requests handed to workers, not yet answered
+  // The request bytes held (HttpOptions::max_buffered_bytes): per connection (by socket), what it has sent since its
+  // last request was taken - loop thread only; and the bodies taken, until released - any thread.
+  struct Receiving {
+    bufferevent* bev = nullptr;
+    ino_t socket = 0;  // the socket's inode: a descriptor closed and reused holds another
+    size_t held = 0;
+    bool closed = false;  // closed for memory: what it still sends does not count
+  };
+  std::vector<Receiving> receiving;  // by file descriptor
+  size_t receiving_bytes = 0;
+  std::atomic<size_t> queued_bytes{0};
+  std::chrono::steady_clock::time_point last_memory_warning{};
   std::unordered_set<evhttp_connection*> unsent;  // loop thread only: connections writing an answer
   std::chrono::steady_clock::time_point last_accept_warning{};
 
@@ -442,6 +505,8 @@ struct HttpService::Impl {
   std::vector<std::pair<evhttp_request*, Response>> done;
   bool workers_stop = false;
   std::vector<std::thread> workers;
+  size_t queued_for_batch = 0;  // requests with a model's batcher whose answer is not in `done` yet
+  std::condition_variable drained;
 
   void start() {
     static const int threads_ready = evthread_use_pthreads();  // before any event_base: cross-thread event_active
@@ -449,13 +514,15 @@ struct HttpService::Impl {
     base = event_base_new();
     http = base ? evhttp_new(base) : nullptr;
     if (!http) throw std::runtime_error("libevent: cannot create the HTTP server");
-    if (!options.tls_cert.empty()) setup_tls();
+    if (!options.tls_cert.empty()) ssl = make_tls_context(options.tls_cert, options.tls_key, options.tls_client_ca);
+    evhttp_set_bevcb(http, &Impl::new_bufferevent, this);
     evhttp_set_allowed_methods(http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT |
                                          EVHTTP_REQ_DELETE | EVHTTP_REQ_PATCH | EVHTTP_REQ_OPTIONS);
     evhttp_set_max_headers_size(http, kMaxHeaderBytes);
     // the body as sent (compressed or not): a compressed body is at most a little larger than its decoded bytes
     const size_t max = options.max_request_bytes;
     evhttp_set_max_body_size(http, static_cast<ev_ssize_t>(max + max / 64 + 4096));
+    if (options.max_buffered_bytes < max) throw std::runtime_error("max_buffered_bytes is below max_request_bytes");
     evhttp_set_timeout(http, options.idle_timeout_seconds);
     evhttp_set_gencb(http, &Impl::on_request, this);
     bound = evhttp_bind_socket_with_handle(http, options.host.c_str(), static_cast<uint16_t>(options.port));
@@ -482,17 +549,20 @@ struct HttpService::Impl {
     }
   }
 
-  void setup_tls() {
-    ssl = make_tls_context(options.tls_cert, options.tls_key, options.tls_client_ca);
-    evhttp_set_bevcb(http, &Impl::tls_bufferevent, this);
-  }
-
-  static bufferevent* tls_bufferevent(event_base* base, void* arg) {
+  // Each connection's bufferevent (as evhttp makes it, or over TLS), its input counted as it arrives.
+  static bufferevent* new_bufferevent(event_base* base, void* arg) {
     auto* self = static_cast<Impl*>(arg);
-    SSL* s = SSL_new(self->ssl);
-    if (!s) return nullptr;
-    bufferevent* bev = bufferevent_openssl_socket_new(base, -1, s, BUFFEREVENT_SSL_ACCEPTING, BEV_OPT_CLOSE_ON_FREE);
-    if (bev) bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);  // clients that close without close_notify
+    bufferevent* bev = nullptr;
+    if (self->ssl) {
+      SSL* s = SSL_new(self->ssl);
+      if (!s) return nullptr;
+      bev = bufferevent_openssl_socket_new(base, -1, s, BUFFEREVENT_SSL_ACCEPTING, BEV_OPT_CLOSE_ON_FREE);
+      if (bev) bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);  // clients that close without close_notify
+    } else {
+      bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
+    }
+    // the callback runs on the loop thread (loop_owner), as long as the buffer lives
+    if (bev) evbuffer_add_cb(bufferevent_get_input(bev), &Impl::on_input, bev);
     return bev;
   }
 
@@ -503,7 +573,14 @@ struct HttpService::Impl {
     }
     for (auto& w : pool) w->cv.notify_all();
     for (auto& t : workers) t.join();
-    for (auto& j : backlog) evbuffer_free(j.body);
+    {
+      // a completion still to come would use this object: the models finish what they queued
+      std::unique_lock<std::mutex> lock(mu);
+      drained.wait(lock, [&] { return queued_for_batch == 0; });
+    }
+    for (auto& j : backlog) {
+      if (j.body) evbuffer_free(j.body);
+    }
     if (accept_retry) event_free(accept_retry);
     if (stop_event) event_free(stop_event);
     if (wake) event_free(wake);
@@ -550,10 +627,85 @@ struct HttpService::Impl {
 
   static void on_request(evhttp_request* req, void* arg) { static_cast<Impl*>(arg)->request(req); }
 
+  static thread_local Impl* loop_owner;  // the Impl whose loop runs on this thread
+
+  static void on_input(evbuffer*, const evbuffer_cb_info* info, void* arg) {
+    if (info->n_added == 0 || !loop_owner) return;
+    auto* bev = static_cast<bufferevent*>(arg);
+    const evutil_socket_t fd = bufferevent_getfd(bev);
+    if (fd >= 0) loop_owner->received(bev, static_cast<size_t>(fd), info->n_added);
+  }
+
+  static ino_t socket_inode(size_t fd) {
+    struct stat st {};
+    return fstat(static_cast<int>(fd), &st) == 0 ? st.st_ino : 0;
+  }
+
+  void received(bufferevent* bev, size_t fd, size_t n) {
+    if (fd >= receiving.size()) receiving.resize(fd + 1);
+    Receiving& c = receiving[fd];
+    if (c.bev != bev) {  // a new connection on this descriptor
+      forget(c);
+      c = Receiving{bev, socket_inode(fd)};
+    }
+    if (c.closed) return;
+    c.held += n;
+    receiving_bytes += n;
+    if (receiving_bytes + queued_bytes.load(std::memory_order_relaxed) > options.max_buffered_bytes) over_bound();
+  }
+
+  void forget(Receiving& c) {
+    receiving_bytes -= c.held;
+    c.held = 0;
+  }
+
+  // Past max_buffered_bytes: what connections closed since (by their clients or a timeout) left counted is
+  // dropped; then, while still past it, the connection that has sent the most is closed, unanswered.
+  void over_bound() {
+    for (size_t fd = 0; fd < receiving.size(); ++fd) {
+      Receiving& c = receiving[fd];
+      if ((c.held > 0 || c.closed) && socket_inode(fd) != c.socket) {
+        forget(c);
+        c = Receiving{};
+      }
+    }
+    while (receiving_bytes + queued_bytes.load(std::memory_order_relaxed) > options.max_buffered_bytes) {
+      auto largest = std::max_element(receiving.begin(), receiving.end(),
+                                      [](const Receiving& a, const Receiving& b) { return a.held < b.held; });
+      if (largest == receiving.end() || largest->held == 0) return;  // bodies waiting for workers: they will go
+      const auto fd = static_cast<int>(largest - receiving.begin());
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last_memory_warning > std::chrono::seconds(10)) {
+        last_memory_warning = now;
+        log("warning", "closing a connection: the request bytes held would pass --max-buffered-mb",
+            {{"connection_bytes", std::to_string(largest->held)},
+             {"limit_bytes", std::to_string(options.max_buffered_bytes)}});
+      }
+      ::shutdown(fd, SHUT_RDWR);  // libevent sees the end of the stream and frees the connection
+      forget(*largest);
+      largest->closed = true;
+    }
+  }
+
+  // A complete request: what its connection sent no longer counts as being received (its body, once taken,
+  // counts as queued until released).
+  void received_whole(bufferevent* bev) {
+    const evutil_socket_t fd = bev ? bufferevent_getfd(bev) : -1;
+    if (fd >= 0 && static_cast<size_t>(fd) < receiving.size() && receiving[fd].bev == bev) forget(receiving[fd]);
+  }
+
+  void release_body(Request& r) {
+    if (r.body) evbuffer_free(r.body);
+    r.body = nullptr;
+    queued_bytes -= r.counted;
+    r.counted = 0;
+  }
+
   void request(evhttp_request* req) {
     // else a small answer waits for the client's delayed ACK (40 ms measured)
     if (evhttp_connection* conn = evhttp_request_get_connection(req)) {
       bufferevent* bev = evhttp_connection_get_bufferevent(conn);
+      received_whole(bev);
       const evutil_socket_t fd = bufferevent_getfd(bev);
       const int on = 1;
       if (fd >= 0) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
@@ -606,10 +758,24 @@ struct HttpService::Impl {
         send(req, res);
         return;
       }
+      r.counted = evbuffer_get_length(r.body);
+      queued_bytes += r.counted;
     }
     if (in_flight == 0 && handlers.quick(r)) {
       Response res = handlers.handle(r);
-      if (r.body) evbuffer_free(r.body);
+      release_body(r);
+      send(req, res);
+      return;
+    }
+    try {
+      if (ModelPtr m = handlers.batchable(r)) {
+        release_body(r);
+        if (queue_for_batch(*m, r)) return;
+      }
+    } catch (...) {
+      Response res = Handlers::failure_response();
+      Handlers::finish(res, r.accept_encoding);
+      release_body(r);
       send(req, res);
       return;
     }
@@ -623,6 +789,55 @@ struct HttpService::Impl {
     idle.pop_back();
     w->job = std::move(r);
     w->cv.notify_one();
+  }
+
+  // Queues a parsed inference for the model's batcher, its answer sent from the batcher's completion. False when
+  // the request cannot join a batch (a worker runs it); throws Unavailable (the queue is full).
+  bool queue_for_batch(Model& m, Request& r) {
+    auto asked = std::make_shared<HttpInferRequest>();  // what the answer needs of the request
+    asked->outputs = std::move(r.parsed->outputs);
+    asked->id = std::move(r.parsed->id);
+    evhttp_request* req = r.req;
+    Model::Completion complete = [this, model = &m, asked, req, accept = r.accept_encoding](
+                                 std::vector<pt2rt::Tensor>* outputs, std::exception_ptr failure) {
+      // a model outlives its queued requests (its destructor drains them): a plain pointer, as a ModelPtr dropped
+      // here could be the last one and join this very thread
+      Response res;
+      try {
+        if (!outputs) std::rethrow_exception(failure);
+        res = handlers.respond(*model, *asked, *outputs);
+      } catch (...) {
+        model->stats().failures++;
+        res = Handlers::failure_response();
+      }
+      Handlers::finish(res, accept);
+      std::lock_guard<std::mutex> lock(mu);
+      done.emplace_back(req, std::move(res));
+      --queued_for_batch;
+      event_active(wake, EV_READ, 0);
+      drained.notify_all();
+    };
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      ++queued_for_batch;
+    }
+    bool queued = false;
+    try {
+      queued = m.submit(r.parsed->inputs, std::move(complete));
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu);
+      --queued_for_batch;
+      throw;
+    }
+    if (queued) {
+      ++in_flight;
+      return true;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    --queued_for_batch;
+    r.parsed->outputs = std::move(asked->outputs);
+    r.parsed->id = std::move(asked->id);
+    return false;
   }
 
   void work(Worker& self) {
@@ -642,7 +857,7 @@ struct HttpService::Impl {
         }
       }
       Response res = handlers.handle(r);
-      if (r.body) evbuffer_free(r.body);
+      release_body(r);
       {
         std::lock_guard<std::mutex> lock(mu);
         done.emplace_back(r.req, std::move(res));
@@ -698,6 +913,8 @@ struct HttpService::Impl {
   }
 };
 
+thread_local HttpService::Impl* HttpService::Impl::loop_owner = nullptr;
+
 HttpService::HttpService(Registry& registry, HttpOptions options)
     : impl_(std::make_unique<Impl>(registry, std::move(options))) {
   impl_->start();
@@ -712,6 +929,7 @@ void HttpService::check_tls(const std::string& cert, const std::string& key, con
 int HttpService::port() const { return impl_->port; }
 
 bool HttpService::run() {
+  Impl::loop_owner = impl_.get();
   // the loop runs on with no connection open (requests may still be with the workers) until stop()
   return event_base_loop(impl_->base, EVLOOP_NO_EXIT_ON_EMPTY) == 0;
 }

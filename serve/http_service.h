@@ -17,6 +17,9 @@ struct HttpOptions {
   int port = 8000;                 // 0: any free port
   size_t workers = 64;             // requests handled at once (each may wait for a batch)
   size_t max_request_bytes = 64u << 20;  // a body, once decoded
+  // request bytes held at once - sent on connections whose request is not complete yet, and bodies waiting for a
+  // worker: past it the connection that has sent the most is closed (docs/serving.md "Limits and attacks")
+  size_t max_buffered_bytes = 512u << 20;
   int idle_timeout_seconds = 60;   // a connection that sends or takes nothing for this long is closed
   // PEM files: a certificate (chain) and its key turn on HTTPS, client CAs mutual TLS
   std::string tls_cert, tls_key, tls_client_ca;

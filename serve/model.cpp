@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <future>
 
 #include "protocol.h"
 
@@ -93,21 +94,40 @@ std::vector<pt2rt::Tensor> Model::run_timed(const std::vector<pt2rt::TensorView>
   return out;
 }
 
+bool Model::joinable(const std::vector<pt2rt::Tensor>& inputs) const {
+  const int64_t rows = !inputs.empty() && !inputs[0].shape().empty() ? inputs[0].shape()[0] : 0;
+  bool ok = batching() && rows >= 1 && rows <= batch_max_;
+  for (const auto& t : inputs) ok = ok && !t.shape().empty() && t.shape()[0] == rows;
+  return ok;
+}
+
 std::vector<pt2rt::Tensor> Model::infer(std::vector<pt2rt::Tensor> inputs) {
   if (!ready()) throw Unavailable("model " + name_ + " version " + version_ + " is not loaded: " + load_error_);
-  const int64_t rows = !inputs.empty() && !inputs[0].shape().empty() ? inputs[0].shape()[0] : 0;
-  bool joinable = batching() && rows >= 1 && rows <= batch_max_;
-  for (const auto& t : inputs) joinable = joinable && !t.shape().empty() && t.shape()[0] == rows;
-  if (!joinable) {  // runs alone, on the caller's thread; the runtime validates it
+  if (!joinable(inputs)) {  // runs alone, on the caller's thread; the runtime validates it
+    const int64_t rows = !inputs.empty() && !inputs[0].shape().empty() ? inputs[0].shape()[0] : 0;
     std::vector<pt2rt::TensorView> views;
     for (const auto& t : inputs) views.push_back(t.view());
     return run_timed(views, rows);
   }
+  std::promise<std::vector<pt2rt::Tensor>> result;
+  auto future = result.get_future();
+  submit(inputs, [&result](std::vector<pt2rt::Tensor>* outputs, std::exception_ptr failure) {
+    if (outputs) {
+      result.set_value(std::move(*outputs));
+    } else {
+      result.set_exception(failure);
+    }
+  });
+  return future.get();
+}
+
+bool Model::submit(std::vector<pt2rt::Tensor>& inputs, Completion done) {
+  if (!ready()) throw Unavailable("model " + name_ + " version " + version_ + " is not loaded: " + load_error_);
+  if (!joinable(inputs)) return false;
   auto pending = std::make_unique<Pending>();
-  pending->inputs = std::move(inputs);
-  pending->rows = rows;
+  pending->rows = inputs[0].shape()[0];
   pending->queued = std::chrono::steady_clock::now();
-  auto future = pending->result.get_future();
+  pending->done = std::move(done);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) throw Unavailable("the server is shutting down");
@@ -115,10 +135,11 @@ std::vector<pt2rt::Tensor> Model::infer(std::vector<pt2rt::Tensor> inputs) {
       throw Unavailable("model " + name_ + ": the queue is full (" + std::to_string(config_.max_queue) +
                         " requests waiting; max_queue in config.json)");
     }
+    pending->inputs = std::move(inputs);
     queue_.push_back(std::move(pending));
   }
   cv_.notify_one();
-  return future.get();
+  return true;
 }
 
 namespace {
@@ -175,6 +196,7 @@ void Model::worker() {
 
 void Model::run_batch(std::vector<std::unique_ptr<Pending>>& batch) {
   for (auto& p : batch) stats_.queue_ns += since_ns(p->queued);
+  std::vector<std::vector<pt2rt::Tensor>> results;  // every caller's, before any is told
   try {
     int64_t rows = 0;
     for (auto& p : batch) rows += p->rows;
@@ -199,26 +221,28 @@ void Model::run_batch(std::vector<std::unique_ptr<Pending>>& batch) {
     }
     auto outputs = run_timed(views, rows);
     if (batch.size() == 1) {
-      batch[0]->result.set_value(std::move(outputs));
-      return;
-    }
-    // each caller gets exactly its rows, in the order they were joined
-    int64_t start = 0;
-    for (auto& p : batch) {
-      std::vector<pt2rt::Tensor> mine;
-      for (const auto& out : outputs) {
-        const size_t row_bytes = out.shape()[0] > 0 ? out.nbytes() / static_cast<size_t>(out.shape()[0]) : 0;
-        auto shape = out.shape();
-        shape[0] = p->rows;
-        mine.push_back(pt2rt::Tensor::copy_of(pt2rt::TensorView{
-            static_cast<const uint8_t*>(out.data()) + row_bytes * static_cast<size_t>(start), shape, out.dtype()}));
+      results.push_back(std::move(outputs));
+    } else {
+      // each caller gets exactly its rows, in the order they were joined
+      int64_t start = 0;
+      for (auto& p : batch) {
+        std::vector<pt2rt::Tensor> mine;
+        for (const auto& out : outputs) {
+          const size_t row_bytes = out.shape()[0] > 0 ? out.nbytes() / static_cast<size_t>(out.shape()[0]) : 0;
+          auto shape = out.shape();
+          shape[0] = p->rows;
+          mine.push_back(pt2rt::Tensor::copy_of(pt2rt::TensorView{
+              static_cast<const uint8_t*>(out.data()) + row_bytes * static_cast<size_t>(start), shape, out.dtype()}));
+        }
+        start += p->rows;
+        results.push_back(std::move(mine));
       }
-      start += p->rows;
-      p->result.set_value(std::move(mine));
     }
   } catch (...) {
-    for (auto& p : batch) p->result.set_exception(std::current_exception());
+    for (auto& p : batch) p->done(nullptr, std::current_exception());
+    return;
   }
+  for (size_t i = 0; i < batch.size(); ++i) batch[i]->done(&results[i], nullptr);
 }
 
 }  // namespace pt2serve

@@ -7,7 +7,8 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
-#include <future>
+#include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -73,6 +74,13 @@ class Model {
   // Runs one request (inputs in the spec's order, owned). Batched with others when the model batches.
   // Throws BadRequest (pt2rt Input/Usage errors), Unavailable, or pt2rt::Error for failures inside the model.
   std::vector<pt2rt::Tensor> infer(std::vector<pt2rt::Tensor> inputs);
+  // A queued request's end: its outputs, or (outputs null) the failure infer() would throw. Runs on a batcher
+  // thread; must not throw.
+  using Completion = std::function<void(std::vector<pt2rt::Tensor>* outputs, std::exception_ptr failure)>;
+  // Queues a request for the batcher and returns at once; `done` runs when its batch has run. False (the inputs
+  // left as they were) when the request cannot join a batch - the model does not batch, or its rows do not fit -
+  // and must run through infer(). Throws Unavailable as infer() does.
+  bool submit(std::vector<pt2rt::Tensor>& inputs, Completion done);
   // Stops taking requests and finishes the queued ones.
   void drain();
 
@@ -81,8 +89,9 @@ class Model {
     std::vector<pt2rt::Tensor> inputs;
     int64_t rows = 0;
     std::chrono::steady_clock::time_point queued;
-    std::promise<std::vector<pt2rt::Tensor>> result;
+    Completion done;
   };
+  bool joinable(const std::vector<pt2rt::Tensor>& inputs) const;
   void worker();
   void run_batch(std::vector<std::unique_ptr<Pending>>& batch);
   std::vector<pt2rt::Tensor> run_timed(const std::vector<pt2rt::TensorView>& views, int64_t rows);

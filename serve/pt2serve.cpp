@@ -1,5 +1,6 @@
 // pt2serve: the models of a repository behind the Open Inference Protocol (KServe v2) over HTTP/REST
 // (http_service.cpp) and gRPC (grpc_service.cpp). main: the flags, the start and the stop. docs/serving.md.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cerrno>
@@ -10,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <iterator>
 #include <map>
 #include <memory>
@@ -72,6 +74,11 @@ int main(int argc, char** argv) {
   app.add_option("--max-request-mb", max_request_mb, "largest request body, once decoded")
       ->capture_default_str()
       ->check(CLI::Range(0.001, 2047.0));  // gRPC's message limit is an int
+  double max_buffered_mb = 0;
+  app.add_option("--max-buffered-mb", max_buffered_mb,
+                 "request bytes the HTTP front holds at once (requests being received, bodies waiting for a worker); "
+                 "past it the connection that has sent the most is closed (default: 8 x --max-request-mb, at least 512)")
+      ->check(CLI::Range(0.001, 1048576.0));
   app.add_option("--shutdown-seconds", shutdown_seconds, "on SIGTERM, how long in-flight requests may take")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 86400.0));
@@ -100,6 +107,13 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);  // --help and --version: 0
     return code == 0 ? 0 : 2;
+  }
+  if (max_buffered_mb == 0) {
+    max_buffered_mb = std::max(512.0, 8 * max_request_mb);
+  } else if (max_buffered_mb < max_request_mb) {
+    std::cerr << "--max-buffered-mb: " << max_buffered_mb << " is below --max-request-mb " << max_request_mb
+              << ": expected at least one request's worth\n";
+    return 2;
   }
   // SIGTERM and SIGINT are taken by one thread (sigwait): blocked here, before any other thread starts.
   sigset_t stop_signals;
@@ -142,6 +156,7 @@ int main(int argc, char** argv) {
   http_options.port = http_port;
   http_options.workers = static_cast<size_t>(threads);
   http_options.max_request_bytes = max_request_bytes;
+  http_options.max_buffered_bytes = static_cast<size_t>(max_buffered_mb * 1024 * 1024);
   http_options.tls_cert = tls_cert;
   http_options.tls_key = tls_key;
   http_options.tls_client_ca = tls_client_ca;

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
 import re
+import select
 import shutil
 import signal
 import socket
@@ -1130,6 +1132,57 @@ def test_a_header_line_past_64_kb_is_refused_before_it_is_buffered(server):
     assert server.get("/v2/health/live")[0] == 200
 
 
+def test_requests_being_received_are_bounded_together(exported, tmp_path):
+    """Each body was bounded by --max-request-mb, not all of them together: 12 connections each sending most of a
+    body held 12 bodies. Now the request bytes held at once are bounded by --max-buffered-mb: against 16 MB, 12
+    connections sending 7.5 MB each of an 8 MB body - the server closes those past the bound, unanswered, its
+    memory grows by about the bound, and it answers a good client; once they are gone, what they held no longer
+    counts."""
+    repo = tmp_path / "models"
+    (repo / "net" / "1").mkdir(parents=True)
+    os.link(exported("net_dynamic")[0], repo / "net" / "1" / "model.pt2")
+    s = Serving(repo, "--max-request-mb", "8", "--max-buffered-mb", "16")
+    held = []
+    try:
+        rss_before = _rss_mb(s.proc.pid)
+        Path(f"/proc/{s.proc.pid}/clear_refs").write_text("5")  # the peak starts from here
+        head = (b"POST /v2/models/net/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 8000000\r\n\r\n")
+        part = b" " * 7_500_000
+        closed_early = 0
+        for _ in range(12):
+            c = socket.create_connection(("localhost", s.port), timeout=10)
+            held.append(c)
+            try:
+                c.sendall(head + part)
+            except OSError:  # closed by the server while sending
+                closed_early += 1
+        time.sleep(1.5)
+        readable, _, _ = select.select(held, [], [], 0)  # the server sends nothing on these but its close
+        closed = len(readable)
+        for c in readable:
+            with contextlib.suppress(OSError):
+                assert c.recv(1) == b"", "a connection past the bound got an answer"
+        grown = _peak_rss_mb(s.proc.pid) - rss_before
+        print(f"12 x 7.5 MB against --max-buffered-mb 16: {closed} connections closed, peak RSS +{grown:.0f} MB")
+        assert 8 <= closed <= 10 and closed >= closed_early, (closed, closed_early)  # 2 x 7.5 MB fit in 16
+        assert grown < 40, f"peak RSS grew {grown:.0f} MB: the 90 MB sent were held"
+        x = np.ones((1, 3, 32, 32), np.float32)
+        torch.testing.assert_close(torch.from_numpy(infer(s.client, "net", x).copy()), eager(None, x))
+        for c in held:
+            c.close()
+        held.clear()
+        time.sleep(0.5)
+        for _ in range(3):  # whole bodies, one after another: each is read and answered (400: not JSON)
+            status, answer = _post(s, "/v2/models/net/infer", b"[" + part, {"Content-Type": "application/json"})
+            assert status == 400, (status, answer)
+        assert "closing a connection" in s.log.read_text()
+    finally:
+        for c in held:
+            c.close()
+        assert s.stop() == 0
+
+
 def test_a_thousand_slow_clients_do_not_keep_a_good_one_out(server):
     """64 connections sending a header byte every 2 s stopped all HTTP service (a thread per connection, 64 of
     them). Now 1,000 slow connections - a third never finishing their headers, a third their bodies, a third idle -
@@ -1209,10 +1262,11 @@ def test_config_values_out_of_range_or_files_that_are_not_files_are_refused(expo
 
 def test_flags_out_of_range_exit_2(tmp_path):
     for flag, value in (("--max-request-mb", "-1"), ("--max-request-mb", "0"), ("--http-threads", "100000"),
-                        ("--shutdown-seconds", "-5")):
+                        ("--shutdown-seconds", "-5"), ("--max-buffered-mb", "0"), ("--max-buffered-mb", "32")):
         r = subprocess.run([str(pt2serve_path()), "--model-repository", str(tmp_path), flag, value],
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 2 and flag in r.stderr, (flag, value, r.returncode, r.stderr)
+    assert "is below --max-request-mb 64: expected at least one request's worth" in r.stderr, r.stderr
 
 
 def test_no_package_file_is_held_open_per_loaded_version(server):
