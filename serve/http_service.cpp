@@ -61,6 +61,9 @@ constexpr size_t kInlineMaxBody = 64 * 1024;
 // a batching model's request with a body up to this size is parsed on the loop and queued for the batcher from there
 // (two hand-offs fewer); larger ones go through a worker, which also writes their answer off the batcher's thread
 constexpr size_t kBatchFromLoopMaxBody = 16 * 1024;
+// past max_buffered_bytes a connection is closed only when it holds at least this much: small requests (health
+// probes, metadata) go on while the bound is reached, and closing them would free next to nothing
+constexpr size_t kClosableFrom = 64 * 1024;
 
 json tensor_metadata(const pt2rt::TensorSpec& t) {
   return {{"name", t.name}, {"datatype", datatype_name(t.dtype)}, {"shape", t.shape}};
@@ -660,7 +663,8 @@ struct HttpService::Impl {
   }
 
   // Past max_buffered_bytes: what connections closed since (by their clients or a timeout) left counted is
-  // dropped; then, while still past it, the connection that has sent the most is closed, unanswered.
+  // dropped; then, while still past it, the connection that has sent the most (at least kClosableFrom) is closed,
+  // unanswered.
   void over_bound() {
     for (size_t fd = 0; fd < receiving.size(); ++fd) {
       Receiving& c = receiving[fd];
@@ -672,7 +676,7 @@ struct HttpService::Impl {
     while (receiving_bytes + queued_bytes.load(std::memory_order_relaxed) > options.max_buffered_bytes) {
       auto largest = std::max_element(receiving.begin(), receiving.end(),
                                       [](const Receiving& a, const Receiving& b) { return a.held < b.held; });
-      if (largest == receiving.end() || largest->held == 0) return;  // bodies waiting for workers: they will go
+      if (largest == receiving.end() || largest->held < kClosableFrom) return;  // the rest: bodies with workers
       const auto fd = static_cast<int>(largest - receiving.begin());
       const auto now = std::chrono::steady_clock::now();
       if (now - last_memory_warning > std::chrono::seconds(10)) {

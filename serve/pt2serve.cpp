@@ -115,6 +115,9 @@ int main(int argc, char** argv) {
               << ": expected at least one request's worth\n";
     return 2;
   }
+  // a write to a connection that is gone (its client left, or the HTTP front closed it) fails with EPIPE: by
+  // default SIGPIPE would end the process
+  std::signal(SIGPIPE, SIG_IGN);
   // SIGTERM and SIGINT are taken by one thread (sigwait): blocked here, before any other thread starts.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
