@@ -154,22 +154,27 @@ class Handlers {
  public:
   Handlers(Registry& registry, size_t max_request_bytes) : registry_(registry), max_request_bytes_(max_request_bytes) {}
 
-  // Whether the loop may answer this request itself (see kInlineUnderNs): an uncompressed inference of a model that
-  // does not batch and was quick the last times; a request that runs long on the loop delays the other connections.
-  bool quick(const Request& r) {
+  // The model of an uncompressed inference with a body of at most kInlineMaxBody - the requests the loop may take
+  // on itself (quick, parse_for_batch) - or null: a worker takes the request as it is (and answers any error).
+  ModelPtr small_inference(const Request& r) {
     const auto& s = r.segments;
     const bool versioned = s.size() == 6 && s[3] == "versions";
     if (!r.post || s.size() != (versioned ? 6u : 4u) || s[0] != "v2" || s[1] != "models" || s.back() != "infer" ||
         !r.content_encoding.empty() || !r.body || evbuffer_get_length(r.body) > kInlineMaxBody) {
-      return false;
+      return nullptr;
     }
     try {
-      const ModelPtr m = registry_.find(s[2], versioned ? s[4] : "", true);
-      const uint64_t recent = m->stats().recent_request_ns.load(std::memory_order_relaxed);
-      return !m->batching() && recent > 0 && recent < kInlineUnderNs;
+      return registry_.find(s[2], versioned ? s[4] : "", true);
     } catch (...) {
-      return false;  // the worker answers with the error
+      return nullptr;
     }
+  }
+
+  // Whether the loop may answer a small inference of `m` itself (see kInlineUnderNs): the model does not batch and
+  // was quick the last times; a request that runs long on the loop delays the other connections.
+  static bool quick(Model& m) {
+    const uint64_t recent = m.stats().recent_request_ns.load(std::memory_order_relaxed);
+    return !m.batching() && recent > 0 && recent < kInlineUnderNs;
   }
 
   Response handle(Request& r) {
@@ -202,32 +207,20 @@ class Handlers {
     }
   }
 
-  // A model that batches and the request, parsed, when the loop may queue this inference for the batcher itself
-  // (an uncompressed body up to kBatchFromLoopMaxBody): parsing it takes microseconds, and the batcher's completion
-  // answers through the loop - no worker between. Null when a worker should take the request as it is; a
-  // malformed body throws as the worker would.
-  ModelPtr batchable(Request& r) {
-    const auto& s = r.segments;
-    const bool versioned = s.size() == 6 && s[3] == "versions";
-    if (!r.post || s.size() != (versioned ? 6u : 4u) || s[0] != "v2" || s[1] != "models" || s.back() != "infer" ||
-        !r.content_encoding.empty() || !r.body || evbuffer_get_length(r.body) > kBatchFromLoopMaxBody) {
-      return nullptr;
-    }
-    ModelPtr m;
+  // Parses a small inference of a batching model on the loop (a body up to kBatchFromLoopMaxBody), so that the loop
+  // queues it for the batcher itself: parsing takes microseconds, and the batcher's completion answers through the
+  // loop - no worker between. False when a worker should take the request as it is; a malformed body throws as the
+  // worker would.
+  bool parse_for_batch(Model& m, Request& r) {
+    if (!m.batching() || !m.ready() || evbuffer_get_length(r.body) > kBatchFromLoopMaxBody) return false;
+    m.stats().requests++;
     try {
-      m = registry_.find(s[2], versioned ? s[4] : "", true);
+      r.parsed = parse_infer(m, r);
     } catch (...) {
-      return nullptr;  // the worker answers with the error
-    }
-    if (!m->batching() || !m->ready()) return nullptr;
-    m->stats().requests++;
-    try {
-      r.parsed = parse_infer(*m, r);
-    } catch (...) {
-      m->stats().failures++;
+      m.stats().failures++;
       throw;
     }
-    return m;
+    return true;
   }
 
   // The answer to a parsed inference once the model has run it.
@@ -354,7 +347,7 @@ class Handlers {
   }
 
   Response infer(const ModelPtr& m, Request& r) {
-    if (!r.parsed) m->stats().requests++;  // else counted by batchable()
+    if (!r.parsed) m->stats().requests++;  // else counted by parse_for_batch()
     try {
       const auto start = std::chrono::steady_clock::now();
       Response res = infer_checked(*m, r);
@@ -765,23 +758,25 @@ struct HttpService::Impl {
       r.counted = evbuffer_get_length(r.body);
       queued_bytes += r.counted;
     }
-    if (in_flight == 0 && handlers.quick(r)) {
-      Response res = handlers.handle(r);
-      release_body(r);
-      send(req, res);
-      return;
-    }
-    try {
-      if (ModelPtr m = handlers.batchable(r)) {
+    if (ModelPtr m = handlers.small_inference(r)) {
+      if (in_flight == 0 && Handlers::quick(*m)) {
+        Response res = handlers.handle(r);
         release_body(r);
-        if (queue_for_batch(*m, r)) return;
+        send(req, res);
+        return;
       }
-    } catch (...) {
-      Response res = Handlers::failure_response();
-      Handlers::finish(res, r.accept_encoding);
-      release_body(r);
-      send(req, res);
-      return;
+      try {
+        if (handlers.parse_for_batch(*m, r)) {
+          release_body(r);
+          if (queue_for_batch(*m, r)) return;
+        }
+      } catch (...) {
+        Response res = Handlers::failure_response();
+        Handlers::finish(res, r.accept_encoding);
+        release_body(r);
+        send(req, res);
+        return;
+      }
     }
     ++in_flight;
     std::lock_guard<std::mutex> lock(mu);
