@@ -1,9 +1,12 @@
 """The models of the peer benchmark (benchmarks/peers_bench.py), in plain torch so every environment builds the same
 ones: ResNet-18 and MobileNetV3-Small as torchvision defines them (layer for layer; their parameter counts are
-checked against torchvision's) and a BERT-base encoder (12 layers, 768 wide, 12 heads, GELU, post-norm).
+checked against torchvision's), a BERT-base encoder (12 layers, 768 wide, 12 heads, GELU, post-norm), a ViT-Tiny/16
+(DeiT-Tiny's shape: 12 pre-norm layers, 192 wide, 3 heads, 224x224 in 16x16 patches, a class token) and a speech-
+style recurrent model (2 LSTM layers of 256 over 100 frames of 80 features, a linear head of 29 per frame).
 torchvision itself is not used: its PyPI wheels are CUDA builds that do not load beside the CPU torch.
 
-Each factory returns (model in eval mode, example inputs); weights are random from a fixed seed.
+Each factory takes the batch size and returns (model in eval mode, example inputs); weights are random from a fixed
+seed.
 """
 
 from __future__ import annotations
@@ -11,8 +14,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-# name -> parameters of torchvision's model of that name (torchvision 0.2x, weights=None)
-TORCHVISION_PARAMETERS = {"resnet18": 11_689_512, "mobilenet_v3_small": 2_542_856}
+# name -> parameters of the published model of that architecture: torchvision's resnet18 and mobilenet_v3_small
+# (torchvision 0.2x, weights=None), timm's deit_tiny_patch16_224
+PUBLISHED_PARAMETERS = {"resnet18": 11_689_512, "mobilenet_v3_small": 2_542_856, "vit_tiny": 5_717_416}
 
 
 # --- ResNet-18 ---------------------------------------------------------------------------------------------------
@@ -139,23 +143,80 @@ class BertEncoder(nn.Module):
         return self.encoder(x)
 
 
+# --- ViT-Tiny/16 -------------------------------------------------------------------------------------------------
+
+class ViT(nn.Module):
+    def __init__(self, image: int = 224, patch: int = 16, width: int = 192, layers: int = 12, heads: int = 3,
+                 num_classes: int = 1000):
+        super().__init__()
+        self.patch = nn.Conv2d(3, width, patch, patch)
+        self.cls = nn.Parameter(torch.randn(1, 1, width) * 0.02)
+        self.pos = nn.Parameter(torch.randn(1, (image // patch) ** 2 + 1, width) * 0.02)
+        layer = nn.TransformerEncoderLayer(width, heads, 4 * width, dropout=0.0, activation="gelu", layer_norm_eps=1e-6,
+                                           batch_first=True, norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(width, eps=1e-6)
+        self.head = nn.Linear(width, num_classes)
+
+    def forward(self, x):
+        x = self.patch(x).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], dim=1) + self.pos
+        return self.head(self.norm(self.encoder(x))[:, 0])
+
+
+# --- LSTM acoustic model -----------------------------------------------------------------------------------------
+
+class SpeechLSTM(nn.Module):
+    def __init__(self, features: int = 80, hidden: int = 256, layers: int = 2, classes: int = 29):
+        super().__init__()
+        self.lstm = nn.LSTM(features, hidden, layers, batch_first=True)
+        self.head = nn.Linear(hidden, classes)
+
+    def forward(self, x):
+        return self.head(self.lstm(x)[0])
+
+
 def _eval(model: nn.Module) -> nn.Module:
     return model.eval().requires_grad_(False)
 
 
-def resnet18():
+def resnet18(batch: int = 1):
     torch.manual_seed(0)
-    return _eval(ResNet18()), (torch.randn(1, 3, 224, 224),)
+    return _eval(ResNet18()), (torch.randn(batch, 3, 224, 224),)
 
 
-def mobilenet_v3_small():
+def mobilenet_v3_small(batch: int = 1):
     torch.manual_seed(0)
-    return _eval(MobileNetV3Small()), (torch.randn(1, 3, 224, 224),)
+    return _eval(MobileNetV3Small()), (torch.randn(batch, 3, 224, 224),)
 
 
-def bert_base():
+def bert_base(batch: int = 1):
     torch.manual_seed(0)
-    return _eval(BertEncoder()), (torch.randn(1, 128, 768),)
+    return _eval(BertEncoder()), (torch.randn(batch, 128, 768),)
 
 
-MODELS = {"resnet18": resnet18, "mobilenet_v3_small": mobilenet_v3_small, "bert_base": bert_base}
+def vit_tiny(batch: int = 1):
+    torch.manual_seed(0)
+    return _eval(ViT()), (torch.randn(batch, 3, 224, 224),)
+
+
+def lstm(batch: int = 1):
+    torch.manual_seed(0)
+    return _eval(SpeechLSTM()), (torch.randn(batch, 100, 80),)
+
+
+MODELS = {"resnet18": resnet18, "mobilenet_v3_small": mobilenet_v3_small, "bert_base": bert_base,
+          "vit_tiny": vit_tiny, "lstm": lstm}
+
+
+# --- ours alone: the peers cannot run a model with our op ---------------------------------------------------------
+
+def conv_heavy_net(batch: int = 1):
+    from my_ops.models import conv_heavy_net as make  # loads the ops library (IDENTITY_CONV_OPS_LIBRARY)
+
+    model, (x,) = make()
+    return model, (torch.randn(batch, *x.shape[1:], generator=torch.Generator().manual_seed(0)),)
+
+
+OURS = {"conv_heavy_net": conv_heavy_net}
+ALL = {**MODELS, **OURS}

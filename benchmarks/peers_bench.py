@@ -1,15 +1,20 @@
-"""pt2run against ONNX Runtime and OpenVINO on real models (ResNet-18, MobileNetV3-Small, a BERT-base encoder):
-the package `export_package(model, inputs, path)` makes with its defaults, run by `pt2run bench`, against the same
-model (same weights) exported to ONNX and run by each peer, batch 1, fp32, at 1 and 2 intra-op threads.
+"""pt2run against the engines a user would pick instead, side by side: the package `export_package(model, inputs,
+path)` makes with its defaults, run by `pt2run bench`, against Python AOTInductor (the same package), eager PyTorch,
+ONNX Runtime and OpenVINO (the same model and weights exported to ONNX, f32), on ResNet-18, MobileNetV3-Small, a
+BERT-base encoder, a ViT-Tiny/16 and an LSTM acoustic model (benchmarks/peer_models.py), plus the conv-heavy example
+net with our own op (pt2run, Python AOTInductor and eager only: the peers cannot run it); batch 1 and 8, 1 and 2
+intra-op threads.
 
-    python benchmarks/peers_bench.py --pt2run build/cpu-release/bin/pt2run --ops build/cpu-release/lib/libidentity_conv_ops.so \
+    python benchmarks/peers_bench.py --pt2run build/cpu-release/bin/pt2run --ops build/cpu-release/lib/libidentity_conv_ops.so \\
         --peers-python .venv-peers/bin/python --out build/bench/peers
 
-Rounds are interleaved (pt2run, ORT, OpenVINO, then again) and each engine's p50 per round is kept; the report
-gives the median over rounds, the ratio pt2run / the faster peer (> 1: we are slower) and the cores each engine kept
-busy (CPU time / wall time over the timed runs: 1 thread asked must mean ~1 core). Every peer's output is checked
-against eager first. Packages are kept in --out and reused while their model's source and torch are the same.
-Writes <out>/report.json and prints a table. make bench-peers runs it (scripts/bench.sh peers).
+Rounds are interleaved (every engine and thread count of a model and batch, then again) and each engine's p50 and
+p99 per round are kept; the report gives the median over rounds, the ratio pt2run / the faster peer (> 1: we are
+slower), pt2run / eager, and the cores each engine kept busy (CPU time / wall time over the timed runs: 1 thread
+asked must mean ~1 core). Every engine's output is checked against eager first (pt2run's by `pt2run run`); one
+farther than --max-rel-diff fails the run. Packages are kept in --out and reused while their model's source and
+torch are the same. Writes <out>/report.json and <out>/chart.png and prints a table. make bench and make bench-peers
+run it (scripts/bench.sh).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
@@ -30,34 +36,51 @@ import peer_models  # noqa: E402
 from bench import machine  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-# per-model timed runs per round (and warm-up runs), sized for ~1-3 s per engine and round on one core
-ITERS = {"resnet18": (60, 10), "mobilenet_v3_small": (300, 30), "bert_base": (10, 3)}
+# ms of one batch-1 run on one core here (sizes each round at ~1 s per engine; batch 8 runs 8x fewer)
+EST_MS = {"resnet18": 20, "mobilenet_v3_small": 2, "bert_base": 130, "vit_tiny": 25, "lstm": 3,
+          "conv_heavy_net": 2}
+ENGINES = ("pt2run", "aoti", "eager", "ort", "openvino")
+PEERS = ("ort", "openvino")
 
 
 def log(msg: str) -> None:
     print(f"peers_bench: {msg}", file=sys.stderr, flush=True)
 
 
-def prepare(name: str, work: Path) -> Path:
-    """The model's weights, inputs and eager output for the peers; its package, exported unless kept."""
+def prepare(name: str, batch: int, work: Path, ops: Path) -> Path:
+    """The model's weights, inputs and eager output for the runners; its package, exported unless kept."""
     import export_tools
 
     work.mkdir(parents=True, exist_ok=True)
-    model, inputs = peer_models.MODELS[name]()
+    model, inputs = peer_models.ALL[name](batch)
     with torch.inference_mode():
         eager = model(*inputs)
-    torch.save(model.state_dict(), work / "weights.pt")
+    if name in peer_models.MODELS:
+        torch.save(model.state_dict(), work / "weights.pt")
     torch.save(list(inputs), work / "inputs.pt")
     torch.save(eager, work / "eager.pt")
-    key = hashlib.sha256((Path(peer_models.__file__).read_bytes() + name.encode() + torch.__version__.encode() +
-                          Path(export_tools.__file__).parent.joinpath("export.py").read_bytes())).hexdigest()[:16]
+    key = hashlib.sha256((Path(peer_models.__file__).read_bytes() + f"{name}/{batch}".encode() +
+                          torch.__version__.encode() + b"".join(
+                              p.read_bytes() for p in sorted(Path(export_tools.__file__).parent.glob("*.py"))))
+                         ).hexdigest()[:16]
     package = work / f"{name}-{key}.pt2"
     if not package.exists():
-        log(f"export {name} -> {package}")
+        log(f"export {name} batch {batch} -> {package}")
         for old in work.glob(f"{name}-*.pt2"):
             old.unlink()
-        export_tools.export_package(model, inputs, package)
+        export_tools.export_package(model, inputs, package, ops_libraries=[ops] if name in peer_models.OURS else ())
     return package
+
+
+def pt2run_rel_diff(pt2run: Path, ops: Path, package: Path, work: Path) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "out.pt"
+        subprocess.run([str(pt2run), "run", str(package), "--ops", str(ops), "-i", str(work / "inputs.pt"),
+                        "-o", str(out)], check=True, capture_output=True)
+        actual = torch.load(out)
+    actual = actual[0] if isinstance(actual, (list, tuple)) else actual
+    eager = torch.load(work / "eager.pt")
+    return float((actual - eager).abs().max() / (eager.abs().max() or 1.0))
 
 
 def pt2run_round(pt2run: Path, ops: Path, package: Path, threads: int, iters: int, warmup: int) -> dict:
@@ -65,16 +88,20 @@ def pt2run_round(pt2run: Path, ops: Path, package: Path, threads: int, iters: in
                           str(warmup), "--intra-op-threads", str(threads), "--json"],
                          check=True, capture_output=True, text=True).stdout
     j = json.loads(out)
-    return {"p50_ms": j["latency_ms"]["p50"], "cores_busy": j["cores_busy"]}
+    return {"p50_ms": j["latency_ms"]["p50"], "p99_ms": j["latency_ms"]["p99"], "cores_busy": j["cores_busy"]}
 
 
-class Peers:
-    """The peers_runner process of one model: ready when it has checked every engine against eager."""
+class Runner:
+    """A peers_runner process for one model and batch: ready when it has checked each of its engines against eager."""
 
-    def __init__(self, python: Path, name: str, work: Path, threads: list[int]):
+    def __init__(self, python: Path, name: str, batch: int, work: Path, threads: list[int], engines: tuple[str, ...],
+                 package: Path, ops: Path):
+        env = dict(os.environ, IDENTITY_CONV_OPS_LIBRARY=str(ops))
         self.proc = subprocess.Popen([str(python), str(ROOT / "benchmarks" / "peers_runner.py"), "--model", name,
-                                      "--work", str(work), "--threads", ",".join(map(str, threads))],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                                      "--batch", str(batch), "--work", str(work), "--threads",
+                                      ",".join(map(str, threads)), "--engines", ",".join(engines),
+                                      "--package", str(package)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
         line = self.proc.stdout.readline()
         while line and not line.startswith("{"):  # a library's own message on stdout
             line = self.proc.stdout.readline()
@@ -87,70 +114,134 @@ class Peers:
                                           "warmup": warmup}) + "\n")
         self.proc.stdin.flush()
         j = json.loads(self.proc.stdout.readline())
-        return {"p50_ms": j["p50_ms"], "cores_busy": j["cpu_s"] / j["wall_s"]}
+        return {"p50_ms": j["p50_ms"], "p99_ms": j["p99_ms"], "cores_busy": j["cpu_s"] / j["wall_s"]}
 
     def close(self) -> None:
         self.proc.stdin.close()
         self.proc.wait(timeout=60)
 
 
+def bench_cell(args, name: str, batch: int, threads: list[int], report: dict) -> bool:
+    """One model at one batch size: every engine at every thread count, interleaved; True if all were accurate."""
+    work = args.out / name / f"b{batch}"
+    package = prepare(name, batch, work, args.ops)
+    ours_only = name in peer_models.OURS
+    runners = {"torch": Runner(Path(sys.executable), name, batch, work, threads, ("eager", "aoti"), package,
+                               args.ops)}
+    if not ours_only:
+        runners["peers"] = Runner(args.peers_python, name, batch, work, threads, PEERS, package, args.ops)
+        report["versions"].update(runners["peers"].ready["versions"])
+    accuracy = {"pt2run": pt2run_rel_diff(args.pt2run, args.ops, package, work)}
+    for r in runners.values():
+        for key, diff in r.ready["max_rel_diff_vs_eager"].items():
+            engine = key.split("/")[0]
+            accuracy[engine] = max(accuracy.get(engine, 0.0), diff)
+    bad = {e: d for e, d in accuracy.items() if d > args.max_rel_diff}
+    if bad:
+        log(f"{name} batch {batch}: differs from eager by more than {args.max_rel_diff}: {bad}")
+    engines = [e for e in ENGINES if not (ours_only and e in PEERS)]
+    iters = max(5, min(400, int(1000 * args.scale / (EST_MS[name] * batch))))
+    warmup = max(2, iters // 10)
+    samples: dict[str, list[dict]] = {}
+    for r in range(args.rounds):
+        for t in threads:
+            for engine in engines:
+                if engine == "pt2run":
+                    s = pt2run_round(args.pt2run, args.ops, package, t, iters, warmup)
+                else:
+                    s = runners["peers" if engine in PEERS else "torch"].round(engine, t, iters, warmup)
+                samples.setdefault(f"{engine}/{t}", []).append(s)
+        log(f"{name} batch {batch}: round {r + 1}/{args.rounds}")
+    for r in runners.values():
+        r.close()
+    result = {"package": str(package), "iters": iters, "max_rel_diff_vs_eager": accuracy}
+    for t in threads:
+        row = {e: {k: statistics.median(s[k] for s in samples[f"{e}/{t}"]) for k in ("p50_ms", "p99_ms", "cores_busy")}
+               for e in engines}
+        if not ours_only:
+            row["ratio_vs_faster_peer"] = row["pt2run"]["p50_ms"] / min(row[e]["p50_ms"] for e in PEERS)
+        row["ratio_vs_eager"] = row["pt2run"]["p50_ms"] / row["eager"]["p50_ms"]
+        result[f"threads_{t}"] = row
+    report["models"].setdefault(name, {})[f"batch_{batch}"] = result
+    return not bad
+
+
+def chart(report: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    names = list(report["models"])
+    fig, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names), 4.2), sharey=True, squeeze=False)
+    colours = {"pt2run": "tab:red", "aoti": "tab:orange", "eager": "tab:grey", "ort": "tab:blue",
+               "openvino": "tab:purple"}
+    for ax, name in zip(axes[0], names):
+        cells = [(b, t) for b, res in report["models"][name].items() for t in report["threads"]
+                 if f"threads_{t}" in res]
+        width = 0.8 / len(ENGINES)
+        for i, engine in enumerate(ENGINES):
+            xs, ys = [], []
+            for x, (b, t) in enumerate(cells):
+                row = report["models"][name][b][f"threads_{t}"]
+                base = min((row[e]["p50_ms"] for e in PEERS if e in row), default=row["eager"]["p50_ms"])
+                if engine in row:
+                    xs.append(x - 0.4 + (i + 0.5) * width)
+                    ys.append(row[engine]["p50_ms"] / base)
+            ax.bar(xs, ys, width=width, color=colours[engine])
+        ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+        ax.set_xticks(range(len(cells)), [f"b{b.split('_')[1]}\n{t} thr" for b, t in cells], fontsize=8)
+        ax.set_title(name, fontsize=9)
+    axes[0][0].set_ylabel("p50 / faster peer's p50 (conv_heavy_net: / eager)\nlower is faster", fontsize=8)
+    fig.legend(handles=[Patch(color=c, label=e) for e, c in colours.items()], loc="upper right", ncols=5, fontsize=8)
+    m = report["machine"]
+    fig.suptitle(f"{m['cpu']}, {m['cores']} cores, torch {report['torch']}", fontsize=9, x=0.3)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    fig.savefig(path, dpi=100)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--pt2run", type=Path, required=True)
-    p.add_argument("--ops", type=Path, required=True, help="an ops library for pt2run (the packages use none)")
+    p.add_argument("--ops", type=Path, required=True, help="the ops library (conv_heavy_net uses it; the others none)")
     p.add_argument("--peers-python", type=Path, required=True, help="a Python with onnxruntime, openvino and torch")
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--models", default=",".join(peer_models.MODELS))
+    p.add_argument("--models", default=",".join(peer_models.ALL))
+    p.add_argument("--batches", default="1,8")
     p.add_argument("--threads", default="1,2")
-    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--scale", type=float, default=1.0, help="multiplies the runs per round (0.2: a smoke run)")
     p.add_argument("--max-rel-diff", type=float, default=1e-4,
-                   help="a peer whose output differs from eager by more (relative to its max |value|) fails the run")
+                   help="an engine whose output differs from eager by more (relative to its max |value|) fails the run")
     args = p.parse_args()
+    args.ops = args.ops.resolve()
     threads = [int(t) for t in args.threads.split(",")]
-    engines = ["pt2run", "ort", "openvino"]
-    report = {"machine": machine(), "torch": torch.__version__, "rounds": args.rounds, "models": {}}
-    failed = False
+    report = {"machine": machine(), "torch": torch.__version__, "rounds": args.rounds, "threads": threads,
+              "versions": {}, "models": {}}
+    ok = True
     for name in args.models.split(","):
-        work = args.out / name
-        package = prepare(name, work)
-        peers = Peers(args.peers_python, name, work, threads)
-        report["peers"] = peers.ready["versions"]
-        bad = {k: v for k, v in peers.ready["max_rel_diff_vs_eager"].items() if v > args.max_rel_diff}
-        if bad:
-            log(f"{name}: peers differ from eager: {bad}")
-            failed = True
-        iters, warmup = (max(3, int(n * args.scale)) for n in ITERS[name])
-        samples: dict[str, list[dict]] = {}
-        for r in range(args.rounds):
-            for t in threads:
-                for engine in engines:
-                    s = (pt2run_round(args.pt2run, args.ops, package, t, iters, warmup) if engine == "pt2run"
-                         else peers.round(engine, t, iters, warmup))
-                    samples.setdefault(f"{engine}/{t}", []).append(s)
-            log(f"{name}: round {r + 1}/{args.rounds}")
-        peers.close()
-        result = {"package": str(package), "max_rel_diff_vs_eager": peers.ready["max_rel_diff_vs_eager"]}
-        for t in threads:
-            row = {e: {"p50_ms": statistics.median(s["p50_ms"] for s in samples[f"{e}/{t}"]),
-                       "cores_busy": statistics.median(s["cores_busy"] for s in samples[f"{e}/{t}"])}
-                   for e in engines}
-            row["ratio_vs_faster_peer"] = row["pt2run"]["p50_ms"] / min(row["ort"]["p50_ms"], row["openvino"]["p50_ms"])
-            result[f"threads_{t}"] = row
-        report["models"][name] = result
+        for batch in (int(b) for b in args.batches.split(",")):
+            ok &= bench_cell(args, name, batch, threads, report)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "report.json").write_text(json.dumps(report, indent=1))
-    m = report["machine"]
-    print(f"{m['cpu']} ({m['isa']}), {m['cores']} cores; torch {report['torch']}, "
-          f"onnxruntime {report['peers']['onnxruntime']}, openvino {report['peers']['openvino']}; "
-          f"p50 ms, median of {args.rounds} interleaved rounds (cores busy)")
-    print(f"{'model':<20} {'threads':>7} {'pt2run':>16} {'ORT':>16} {'OpenVINO':>16} {'ratio':>6}")
-    for name, result in report["models"].items():
-        for t in threads:
-            row = result[f"threads_{t}"]
-            cells = [f"{row[e]['p50_ms']:8.2f} ({row[e]['cores_busy']:.1f})" for e in engines]
-            print(f"{name:<20} {t:>7} {cells[0]:>16} {cells[1]:>16} {cells[2]:>16} {row['ratio_vs_faster_peer']:6.2f}")
-    return 1 if failed else 0
+    chart(report, args.out / "chart.png")
+    m, v = report["machine"], report["versions"]
+    print(f"{m['cpu']} ({m['isa']}), {m['cores']} cores; torch {report['torch']}, onnxruntime "
+          f"{v.get('onnxruntime', '-')}, openvino {v.get('openvino', '-')}; p50 / p99 ms, median of {args.rounds} "
+          f"interleaved rounds (cores busy); chart: {args.out / 'chart.png'}")
+    print(f"{'model':<19}{'b':>2}{'thr':>4} " + "".join(f"{e:>20}" for e in ENGINES) + f"{'/peer':>7}{'/eager':>7}")
+    for name, by_batch in report["models"].items():
+        for b, res in by_batch.items():
+            for t in threads:
+                row = res[f"threads_{t}"]
+                cells = "".join(f"{row[e]['p50_ms']:7.2f}/{row[e]['p99_ms']:6.2f} ({row[e]['cores_busy']:.1f})"
+                                if e in row else f"{'-':>20}" for e in ENGINES)
+                peer = f"{row['ratio_vs_faster_peer']:7.2f}" if "ratio_vs_faster_peer" in row else f"{'-':>7}"
+                print(f"{name:<19}{b.split('_')[1]:>2}{t:>4} {cells}{peer}{row['ratio_vs_eager']:7.2f}")
+    print("max |engine - eager| / max |eager|: " + "; ".join(
+        f"{name} b{b.split('_')[1]}: " + ", ".join(f"{e} {d:.0e}" for e, d in res["max_rel_diff_vs_eager"].items())
+        for name, by_batch in report["models"].items() for b, res in by_batch.items()))
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # make bench: builds (Release), exports the example packages when missing, runs benchmarks/bench.py, then
-# benchmarks/serve_bench.py (pt2serve vs the KServe Python model server, in .venv-kserve; build/bench/serve).
-# Writes build/bench/report.json and build/bench/chart.png and prints the ratios. BENCH_ARGS=--quick for a
-# smoke run. `scripts/bench.sh peers` (make bench-peers): pt2run against ONNX Runtime and OpenVINO instead
-# (benchmarks/peers_bench.py, in .venv-peers; PEERS_ARGS for its options). Keep the machine otherwise idle:
+# benchmarks/serve_bench.py (pt2serve vs the KServe Python model server, in .venv-kserve; build/bench/serve), then
+# benchmarks/peers_bench.py (pt2run vs Python AOTInductor, eager, ONNX Runtime and OpenVINO, the peers in
+# .venv-peers; build/bench/peers; PEERS_ARGS for its options). Writes build/bench/report.json and
+# build/bench/chart.png and prints the ratios. BENCH_ARGS=--quick for a smoke run. `scripts/bench.sh peers`
+# (make bench-peers): the peers benchmark alone. Keep the machine otherwise idle:
 # ratios are measured in one run, but noise still moves them.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 "$ROOT/scripts/build.sh"
@@ -19,13 +20,17 @@ bench_venv() {
     cp "$req" "$venv/.pt2rt-requirements"
   fi
 }
-if [ "${1:-}" = peers ]; then
-  # ONNX Runtime and OpenVINO on ResNet-18, MobileNetV3-Small and a BERT-base encoder (build/bench/peers)
+# peers: pt2run, Python AOTInductor and eager against ONNX Runtime and OpenVINO (build/bench/peers)
+peers() {
   bench_venv peers
   log "peers benchmark -> build/bench/peers"
   cd "$ROOT"
-  exec "$PYTHON" benchmarks/peers_bench.py --pt2run "$BUILD_DIR/bin/pt2run" --ops "$IDENTITY_CONV_OPS_LIBRARY" \
+  "$PYTHON" benchmarks/peers_bench.py --pt2run "$BUILD_DIR/bin/pt2run" --ops "$IDENTITY_CONV_OPS_LIBRARY" \
     --peers-python "$ROOT/.venv-peers/bin/python" --out "$ROOT/build/bench/peers" ${PEERS_ARGS:-}
+}
+if [ "${1:-}" = peers ]; then
+  peers
+  exit
 fi
 # export_if_missing PACKAGE FACTORY [EXPORT ARGS...]
 export_if_missing() {
@@ -56,3 +61,5 @@ log "serving benchmark -> build/bench/serve"
   --package "$PACKAGE" --conv-package "$CONV_PACKAGE" --classifier-package "$CLASSIFIER_PACKAGE" \
   --kserve-python "$KSERVE_VENV/bin/python" \
   --out "$ROOT/build/bench/serve" $(case " ${BENCH_ARGS:-} " in *" --quick "*) echo "--seconds 1" ;; esac)
+case " ${BENCH_ARGS:-} " in *" --quick "*) PEERS_ARGS="--rounds 1 --scale 0.2 ${PEERS_ARGS:-}" ;; esac
+peers

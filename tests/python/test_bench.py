@@ -90,16 +90,16 @@ def test_serving_ratios_compare_the_same_package_at_the_same_concurrency():
     assert not any(k.startswith("conv: pt2serve") for k in r)  # no KServe point for conv: no ratio made up
 
 
-def test_the_peer_benchmarks_models_are_torchvisions_architectures():
+def test_the_peer_benchmarks_models_are_the_published_architectures():
     """benchmarks/peer_models.py rebuilds torchvision's ResNet-18 and MobileNetV3-Small (whose CUDA wheels do not load
-    beside the CPU torch): a layer left out or mis-sized changes the parameter count."""
+    beside the CPU torch) and DeiT-Tiny's ViT: a layer left out or mis-sized changes the parameter count."""
     import torch
 
     spec = importlib.util.spec_from_file_location(
         "peer_models", Path(__file__).resolve().parents[2] / "benchmarks" / "peer_models.py")
     peer_models = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(peer_models)
-    for name, expected in peer_models.TORCHVISION_PARAMETERS.items():
+    for name, expected in peer_models.PUBLISHED_PARAMETERS.items():
         model, inputs = peer_models.MODELS[name]()
         assert sum(p.numel() for p in model.parameters()) == expected, name
         with torch.no_grad():
