@@ -173,7 +173,7 @@ def _export_checked(model, inputs, path, device, dims, golden, metadata, toleran
             out = tmp / name / path.name
             out.parent.mkdir()
             with _stage(f"compile ({name})"):
-                compiled.append((_compile(ep, out, name, optimize), out))
+                compiled.append((_compile(ep, out, name, optimize, device), out))
         with _stage("package"):
             _finish_package(compiled, final, spec, _golden.dumps(cases))
         with _stage("verify"):
@@ -457,21 +457,22 @@ def _tolerance_table(cases, overrides) -> dict[str, dict[str, float]]:
 OPTIMIZE = ("fold", "none")
 
 
-def _compile(ep, out: Path, name: str, optimize: str) -> cpu.Variant:
+def _compile(ep, out: Path, name: str, optimize: str, device: str) -> cpu.Variant:
     """One CPU variant into its own package file. Each compile gets a fresh inductor cache: with a shared one, a
     later compile of the same graph can be handed an earlier compile's generated code. A variant for another arch:
     inductor's C++ only, built by the cross compiler (export_tools.cross). optimize (export_package's): inductor
-    freezes only with gradients off. Its oneDNN weight packing stays off: it fuses activations into oneDNN calls,
+    freezes only with gradients off; export_tools.passes adds its settings to CPU compiles. Its oneDNN weight packing stays off: it fuses activations into oneDNN calls,
     whose ReLU maps NaN to 0 where eager gives NaN, and it packs for this CPU only."""
     from torch._inductor import config as inductor_config
     from torch._inductor.utils import fresh_cache
 
-    from . import cross
+    from . import cross, passes
 
     try:
         freeze = optimize == "fold"
         with cpu.compiling(name) as variant, fresh_cache(), torch.no_grad() if freeze else contextlib.nullcontext(), \
-                inductor_config.patch({"freezing": freeze, "cpp.weight_prepack": False}):
+                inductor_config.patch({"freezing": freeze, "cpp.weight_prepack": False,
+                                       **(passes.cpu_inductor_config() if device == "cpu" else {})}):
             if variant.arch == cpu.host_arch():
                 torch._inductor.aoti_compile_and_package(ep, package_path=str(out))
             else:

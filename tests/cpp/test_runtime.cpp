@@ -720,6 +720,23 @@ TEST(Pt2run, BenchTakesIntraOpThreads) {
   EXPECT_EQ(shell(kPt2run + " bench " + kNet + " --intra-op-threads 0 >/dev/null 2>&1"), 2);
 }
 
+TEST(Pt2run, OneIntraOpThreadKeepsOneCoreBusy) {
+  // --intra-op-threads 1 is a promise to a service that packs models per core: every pool the model uses (inductor's
+  // OpenMP loops, oneDNN, MKL) stays on the calling thread. cores_busy is the process's CPU time over the measured
+  // runs' wall time; batch 32 gives each kernel enough work to spread over a team of threads if it had one (ResNet-18
+  // kept 1.7 cores busy so before set_num_threads reached every thread that runs a model).
+  const fs::path input = fs::temp_directory_path() / ("pt2run-cores-" + std::to_string(getpid()) + ".pt");
+  pt2rt::save_tensors(input, {pt2rt::from_aten(at::randn({32, 3, 32, 32}))});
+  const std::string text = bench_json("--input " + input.string() + " --warmup 5 --iters 60 --intra-op-threads 1");
+  fs::remove(input);
+  ASSERT_FALSE(text.empty());
+  const auto at = text.find("\"cores_busy\":");
+  ASSERT_NE(at, std::string::npos) << text;
+  const double busy = std::atof(text.c_str() + at + 13);
+  EXPECT_GT(busy, 0.5) << text;
+  EXPECT_LT(busy, 1.25) << "one intra-op thread kept " << busy << " cores busy: " << text;
+}
+
 TEST(Pt2run, BenchWarmsUpOnTheThreadsItMeasures) {
   // Each thread that runs a model gets an OpenMP team; warm-up runs on main left an idle team there, and libgomp
   // then stopped spin-waiting (its threads outnumbered the cores): every measured call paid a wake-up. With the

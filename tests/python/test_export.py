@@ -374,9 +374,40 @@ def test_a_dynamic_sequence_through_an_lstm_names_torchs_limit(tmp_path):
 
 
 
+def test_biases_are_added_after_the_products():
+    """export_tools.passes.BiasAfterProducts on a traced graph: a linear layer's addmm becomes mm + add, the 1x1
+    stride-1 convolution's bias moves to an add after it (NaN travelling as before); the 3x3 and the strided 1x1
+    convolutions keep theirs."""
+    from export_tools.passes import BiasAfterProducts
+
+    aten = torch.ops.aten
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(4, 8, 3, padding=1), torch.nn.Conv2d(8, 6, 1), torch.nn.ReLU(),
+                                torch.nn.Conv2d(6, 5, 1, stride=2), torch.nn.Flatten(), torch.nn.Linear(45, 7)).eval()
+    x = torch.randn(2, 4, 5, 5)
+    ep = torch.export.export(model, (x,)).run_decompositions()  # the ATen graph inductor starts from
+    gm = ep.graph_module
+    assert gm.graph.find_nodes(op="call_function", target=aten.addmm.default)
+    BiasAfterProducts()(gm.graph)
+    gm.recompile()
+    convs = gm.graph.find_nodes(op="call_function", target=aten.convolution.default)
+    assert [c.args[2] is None for c in convs] == [False, True, False]
+    (add,) = convs[1].users
+    assert add.target is aten.add.Tensor and add.meta["val"].shape == (2, 6, 5, 5)
+    assert not gm.graph.find_nodes(op="call_function", target=aten.addmm.default)
+    (mm,) = gm.graph.find_nodes(op="call_function", target=aten.mm.default)
+    assert [u.target for u in mm.users] == [aten.add.Tensor] and mm.meta["val"].shape == (2, 7)
+    x[0, 0, 1, 1] = float("nan")
+    with torch.no_grad():
+        got, expected = ep.module()(x), model(x)
+    assert torch.equal(got.isnan(), expected.isnan()) and expected.isnan().any()
+    assert torch.allclose(got, expected, atol=1e-6, equal_nan=True)
+
+
 def test_optimize_folds_the_weights_by_default_keeping_nan_as_eager(tmp_path):
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU()).eval()
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                                torch.nn.Conv2d(8, 4, 1), torch.nn.BatchNorm2d(4), torch.nn.ReLU()).eval()
     x = torch.randn(1, 3, 16, 16)
     odd = x.clone()
     odd[0, 0, 4, 4], odd[0, 1, 9, 9] = float("nan"), float("inf")
@@ -393,6 +424,8 @@ def test_optimize_folds_the_weights_by_default_keeping_nan_as_eager(tmp_path):
     # fold: the weights compiled in as constants (the batch norm folded), ATen's convolution, nothing packed
     assert b"_frozen_param" in libraries["fold"] and b"aoti_torch_cpu_convolution" in libraries["fold"]
     assert b"mkldnn" not in libraries["fold"]
+    # the 1x1 convolution: a product, its (folded) bias added in the ReLU's kernel (export_tools.passes)
+    assert b"aoti_torch_cpu_mm_out" in libraries["fold"] and b"addmm" not in libraries["fold"]
     assert b"_frozen_param" not in libraries["none"] and b"mkldnn" not in libraries["none"]
     with pytest.raises(ExportError, match="expected optimize as one of fold, none, got 'fast'"):
         export_package(model, (x,), tmp_path / "bad.pt2", optimize="fast")
