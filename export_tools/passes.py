@@ -2,14 +2,15 @@
 OpenVINO"): biases added after matrix products, not before.
 
 ATen's `addmm(bias, x, w)` (what a linear layer with a bias becomes) first copies the bias broadcast over the whole
-output - a slow strided copy, 0.5-3 GB/s: a third of a BERT-base encoder's run (3.4 ms per 128 x 3072 output) - then
-multiplies with beta=1. `BiasAfterProducts` runs after freezing (which folds batch norms into the convolutions'
+output - a strided copy, 0.27 ms for a 56 x 56 x 72 output in MobileNetV3-Small - then multiplies with beta=1. `BiasAfterProducts` runs after freezing (which folds batch norms into the convolutions'
 biases) and rewrites
 - `addmm(b, x, w)` as `mm(x, w) + b`, and
 - a pointwise convolution (1x1, stride 1, no padding, ungrouped) `conv(x, w, b)` as `conv(x, w) + b`, which
   inductor's `conv_1x1_as_mm` then lowers to a plain `mm` (on the channels-last layout it gives convolutions);
 so the add fuses into the kernel of whatever follows (an activation, a residual add, a layer norm). The same
-arithmetic as eager, NaN and inf included.
+arithmetic as eager, NaN and inf included. Measured (pt2run, batch 1, 1 / 2 threads, 2026-12-03, Intel Xeon with AMX,
+2 vCPUs): MobileNetV3-Small -9 % / -25 %, ViT-Tiny -4 % / -5 %, BERT-base -1 % / -2 %, ResNet-18 (no 1x1 stride-1
+convolutions) unchanged.
 """
 
 from __future__ import annotations
