@@ -374,11 +374,12 @@ def test_a_dynamic_sequence_through_an_lstm_names_torchs_limit(tmp_path):
 
 
 
-def test_biases_are_added_after_the_products():
-    """export_tools.passes.BiasAfterProducts on a traced graph: a linear layer's addmm becomes mm + add, the 1x1
+def test_products_are_rewritten_where_atens_form_is_slow():
+    """export_tools.passes.ProductRewrites on a traced graph: a linear layer's addmm becomes mm + add, the 1x1
     stride-1 convolution's bias moves to an add after it (NaN travelling as before); the 3x3 and the strided 1x1
-    convolutions keep theirs."""
-    from export_tools.passes import BiasAfterProducts
+    convolutions keep theirs; a linear layer on transposed rows (bmm by the weight expanded over the batch) becomes
+    one mm."""
+    from export_tools.passes import ProductRewrites
 
     aten = torch.ops.aten
     torch.manual_seed(0)
@@ -388,7 +389,7 @@ def test_biases_are_added_after_the_products():
     ep = torch.export.export(model, (x,)).run_decompositions()  # the ATen graph inductor starts from
     gm = ep.graph_module
     assert gm.graph.find_nodes(op="call_function", target=aten.addmm.default)
-    BiasAfterProducts()(gm.graph)
+    ProductRewrites()(gm.graph)
     gm.recompile()
     convs = gm.graph.find_nodes(op="call_function", target=aten.convolution.default)
     assert [c.args[2] is None for c in convs] == [False, True, False]
@@ -402,6 +403,25 @@ def test_biases_are_added_after_the_products():
         got, expected = ep.module()(x), model(x)
     assert torch.equal(got.isnan(), expected.isnan()) and expected.isnan().any()
     assert torch.allclose(got, expected, atol=1e-6, equal_nan=True)
+
+    class TransposedRows(torch.nn.Module):  # what a batch-first nn.MultiheadAttention does with its input
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(16, 24)
+
+        def forward(self, x):
+            return self.linear(x.transpose(0, 1)).relu()
+
+    model, x = TransposedRows().eval(), torch.randn(3, 5, 16)
+    ep = torch.export.export(model, (x,)).run_decompositions()
+    assert ep.graph.find_nodes(op="call_function", target=aten.bmm.default)
+    ProductRewrites()(ep.graph_module.graph)
+    ep.graph_module.recompile()
+    assert not ep.graph.find_nodes(op="call_function", target=aten.bmm.default)
+    (mm,) = ep.graph.find_nodes(op="call_function", target=aten.mm.default)
+    assert mm.meta["val"].shape == (15, 24)
+    with torch.no_grad():
+        assert torch.allclose(ep.module()(x), model(x), atol=1e-6)
 
 
 def test_optimize_folds_the_weights_by_default_keeping_nan_as_eager(tmp_path):
