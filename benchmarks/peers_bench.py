@@ -173,10 +173,14 @@ def chart(report: dict, path: Path) -> None:
     from matplotlib.patches import Patch
 
     names = list(report["models"])
-    fig, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names), 4.2), sharey=True, squeeze=False)
+    cols = min(3, len(names))
+    rows = -(-len(names) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows + 0.6), squeeze=False)
     colours = {"pt2run": "tab:red", "aoti": "tab:orange", "eager": "tab:grey", "ort": "tab:blue",
                "openvino": "tab:purple"}
-    for ax, name in zip(axes[0], names):
+    for ax in axes.flat[len(names):]:
+        ax.axis("off")
+    for ax, name in zip(axes.flat, names):
         cells = [(b, t) for b, res in report["models"][name].items() for t in report["threads"]
                  if f"threads_{t}" in res]
         width = 0.8 / len(ENGINES)
@@ -192,11 +196,12 @@ def chart(report: dict, path: Path) -> None:
         ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
         ax.set_xticks(range(len(cells)), [f"b{b.split('_')[1]}\n{t} thr" for b, t in cells], fontsize=8)
         ax.set_title(name, fontsize=9)
-    axes[0][0].set_ylabel("p50 / faster peer's p50 (conv_heavy_net: / eager)\nlower is faster", fontsize=8)
+    for row in axes:
+        row[0].set_ylabel("p50 / faster peer's p50\n(conv_heavy_net: / eager); lower is faster", fontsize=8)
     fig.legend(handles=[Patch(color=c, label=e) for e, c in colours.items()], loc="upper right", ncols=5, fontsize=8)
     m = report["machine"]
     fig.suptitle(f"{m['cpu']}, {m['cores']} cores, torch {report['torch']}", fontsize=9, x=0.3)
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / fig.get_figheight()))
     fig.savefig(path, dpi=100)
 
 
@@ -229,15 +234,15 @@ def main() -> int:
     print(f"{m['cpu']} ({m['isa']}), {m['cores']} cores; torch {report['torch']}, onnxruntime "
           f"{v.get('onnxruntime', '-')}, openvino {v.get('openvino', '-')}; p50 / p99 ms, median of {args.rounds} "
           f"interleaved rounds (cores busy); chart: {args.out / 'chart.png'}")
-    print(f"{'model':<19}{'b':>2}{'thr':>4} " + "".join(f"{e:>20}" for e in ENGINES) + f"{'/peer':>7}{'/eager':>7}")
+    print(f"{'model':<19}{'b':>2}{'thr':>4}" + "".join(f"{e:>24}" for e in ENGINES) + f"{'/peer':>7}{'/eager':>7}")
     for name, by_batch in report["models"].items():
         for b, res in by_batch.items():
             for t in threads:
                 row = res[f"threads_{t}"]
-                cells = "".join(f"{row[e]['p50_ms']:7.2f}/{row[e]['p99_ms']:6.2f} ({row[e]['cores_busy']:.1f})"
-                                if e in row else f"{'-':>20}" for e in ENGINES)
+                cells = "".join(f"{row[e]['p50_ms']:9.2f}/{row[e]['p99_ms']:8.2f} ({row[e]['cores_busy']:.1f})"
+                                if e in row else f"{'-':>24}" for e in ENGINES)
                 peer = f"{row['ratio_vs_faster_peer']:7.2f}" if "ratio_vs_faster_peer" in row else f"{'-':>7}"
-                print(f"{name:<19}{b.split('_')[1]:>2}{t:>4} {cells}{peer}{row['ratio_vs_eager']:7.2f}")
+                print(f"{name:<19}{b.split('_')[1]:>2}{t:>4}{cells}{peer}{row['ratio_vs_eager']:7.2f}")
     print("max |engine - eager| / max |eager|: " + "; ".join(
         f"{name} b{b.split('_')[1]}: " + ", ".join(f"{e} {d:.0e}" for e, d in res["max_rel_diff_vs_eager"].items())
         for name, by_batch in report["models"].items() for b, res in by_batch.items()))
