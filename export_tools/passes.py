@@ -49,7 +49,13 @@ def _pointwise_conv(node: torch.fx.Node) -> bool:
 
 
 def _shared_rhs_bmm(node: torch.fx.Node) -> bool:
-    return _has_val(node, *node.args) and node.args[1].meta["val"].stride(0) == 0 and node.args[0].meta["val"].size(0) > 1
+    # one matrix for the whole batch; the batch and the matrix of static sizes (no guard on a dynamic dim, no SymInt
+    # in the new nodes' arguments), the rows of any
+    if not _has_val(node, *node.args):
+        return False
+    x, w = node.args[0].meta["val"], node.args[1].meta["val"]
+    static = all(isinstance(d, int) for d in (x.shape[0], x.shape[2], *w.shape, w.stride(0)))
+    return static and x.shape[0] > 1 and w.stride(0) == 0
 
 
 def _plain_addmm(node: torch.fx.Node) -> bool:
@@ -67,14 +73,15 @@ class ProductRewrites(CustomGraphPass):
                 continue
             if node.target is aten.bmm.default and _shared_rhs_bmm(node):
                 x, w = node.args
-                (batch, rows, inner), cols = x.meta["val"].shape, w.meta["val"].shape[2]
+                # -1 for the rows: their count may be dynamic (no SymInt in the graph's arguments)
+                batch, inner, cols = x.meta["val"].shape[0], x.meta["val"].shape[2], w.meta["val"].shape[2]
                 with graph.inserting_before(node):
                     dense = graph.call_function(aten.clone.default, (x,), {"memory_format": torch.contiguous_format})
                     dense.meta["val"] = x.meta["val"].clone(memory_format=torch.contiguous_format)
-                    flat = _with_val(graph.call_function(aten.view.default, (dense, [batch * rows, inner])))
+                    flat = _with_val(graph.call_function(aten.view.default, (dense, [-1, inner])))
                     matrix = _with_val(graph.call_function(aten.select.int, (w, 0, 0)))
                     product = _with_val(graph.call_function(aten.mm.default, (flat, matrix)))
-                    out = _with_val(graph.call_function(aten.view.default, (product, [batch, rows, cols])))
+                    out = _with_val(graph.call_function(aten.view.default, (product, [batch, -1, cols])))
                 node.replace_all_uses_with(out)
                 graph.erase_node(node)
             elif node.target is aten.addmm.default and _plain_addmm(node):

@@ -413,15 +413,18 @@ def test_products_are_rewritten_where_atens_form_is_slow():
             return self.linear(x.transpose(0, 1)).relu()
 
     model, x = TransposedRows().eval(), torch.randn(3, 5, 16)
-    ep = torch.export.export(model, (x,)).run_decompositions()
-    assert ep.graph.find_nodes(op="call_function", target=aten.bmm.default)
-    ProductRewrites()(ep.graph_module.graph)
-    ep.graph_module.recompile()
-    assert not ep.graph.find_nodes(op="call_function", target=aten.bmm.default)
-    (mm,) = ep.graph.find_nodes(op="call_function", target=aten.mm.default)
-    assert mm.meta["val"].shape == (15, 24)
-    with torch.no_grad():
-        assert torch.allclose(ep.module()(x), model(x), atol=1e-6)
+    for dynamic in (None, ({0: torch.export.Dim("batch", min=2, max=8)},)):  # rows of a dynamic size
+        ep = torch.export.export(model, (x,), dynamic_shapes=dynamic).run_decompositions()
+        assert ep.graph.find_nodes(op="call_function", target=aten.bmm.default)
+        ProductRewrites()(ep.graph_module.graph)
+        ep.graph_module.recompile()
+        assert not ep.graph.find_nodes(op="call_function", target=aten.bmm.default)
+        (mm,) = ep.graph.find_nodes(op="call_function", target=aten.mm.default)
+        assert mm.meta["val"].shape[1] == 24
+        with torch.no_grad():
+            for batch in (3, 6) if dynamic else (3,):
+                other = torch.randn(batch, 5, 16)
+                assert torch.allclose(ep.module()(other), model(other), atol=1e-6)
 
 
 def test_optimize_folds_the_weights_by_default_keeping_nan_as_eager(tmp_path):
