@@ -1,24 +1,18 @@
 """What export_tools adds to inductor's compile of a CPU package (docs/performance.md, "Against ONNX Runtime and
-OpenVINO"): matrix products rewritten where ATen's form of them is slow.
-
-One product where ATen makes many. A linear layer on a 3-D input whose rows cannot be viewed as one matrix (a
-batch-first `nn.MultiheadAttention` transposes its input to (L, N, E)) becomes `bmm(x, w expanded over the batch)`:
-L products of N rows each - 128 products of 8 rows for a BERT-base encoder at batch 8, which ran 2x slower than
-eager. `ProductRewrites` makes it one `mm` of the rows (copied into one matrix first) by `w`, viewed back.
-
-Biases added after the products, not before.
-
-ATen's `addmm(bias, x, w)` (what a linear layer with a bias becomes) first copies the bias broadcast over the whole
-output - a strided copy, 0.27 ms for a 56 x 56 x 72 output in MobileNetV3-Small - then multiplies with beta=1. `BiasAfterProducts` runs after freezing (which folds batch norms into the convolutions'
-biases) and rewrites
-- `bmm(x, w)` with `w` the same matrix for every batch entry (stride 0) as `mm(x as rows, w[0])` viewed back,
-- `addmm(b, x, w)` as `mm(x, w) + b`, and
+OpenVINO"): matrix products rewritten where ATen's form of them is slow. `ProductRewrites` runs after freezing (which
+folds batch norms into the convolutions' biases) and rewrites
+- `bmm(x, w)` with `w` one matrix for every batch entry (stride 0) as one `mm` of x's rows (copied into one matrix)
+  by `w[0]`, viewed back. A linear layer on a 3-D input whose rows are not one matrix in memory becomes that bmm - a
+  batch-first `nn.MultiheadAttention` transposes its input to (L, N, E) - so BERT-base at batch 8 ran 128 products
+  of 8 rows, 2x slower than eager: 1897 -> 946 ms on one thread; ViT-Tiny at batch 8 -14 %;
+- `addmm(b, x, w)` as `mm(x, w) + b`: ATen's addmm (a linear layer with a bias) first copies the bias broadcast over
+  the whole output, a strided copy (0.27 ms for a 56 x 56 x 72 output in MobileNetV3-Small), then multiplies;
 - a pointwise convolution (1x1, stride 1, no padding, ungrouped) `conv(x, w, b)` as `conv(x, w) + b`, which
   inductor's `conv_1x1_as_mm` then lowers to a plain `mm` (on the channels-last layout it gives convolutions);
-so the add fuses into the kernel of whatever follows (an activation, a residual add, a layer norm). The same
-arithmetic as eager, NaN and inf included. Measured (pt2run, batch 1, 1 / 2 threads, 2026-12-03, Intel Xeon with AMX,
-2 vCPUs): MobileNetV3-Small -9 % / -25 %, ViT-Tiny -4 % / -5 %, BERT-base -1 % / -2 %, ResNet-18 (no 1x1 stride-1
-convolutions) unchanged. The one product: BERT-base at batch 8 1897 -> 946 ms on one thread, ViT-Tiny -14 %.
+so the adds fuse into the kernel of whatever follows (an activation, a residual add, a layer norm). The same
+operations as eager up to float rounding, NaN and inf included. Measured (pt2run, batch 1, 1 / 2 threads,
+2026-12-03, Intel Xeon with AMX, 2 vCPUs): MobileNetV3-Small -9 % / -25 %, ViT-Tiny -4 % / -5 %, BERT-base -1 % /
+-2 %, ResNet-18 (no 1x1 stride-1 convolutions) unchanged.
 """
 
 from __future__ import annotations
