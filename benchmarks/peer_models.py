@@ -180,33 +180,16 @@ def _eval(model: nn.Module) -> nn.Module:
     return model.eval().requires_grad_(False)
 
 
-def resnet18(batch: int = 1):
-    torch.manual_seed(0)
-    return _eval(ResNet18()), (torch.randn(batch, 3, 224, 224),)
+def _factory(make: type[nn.Module], *item_shape: int):
+    def factory(batch: int = 1):
+        torch.manual_seed(0)
+        return _eval(make()), (torch.randn(batch, *item_shape),)
+    return factory
 
 
-def mobilenet_v3_small(batch: int = 1):
-    torch.manual_seed(0)
-    return _eval(MobileNetV3Small()), (torch.randn(batch, 3, 224, 224),)
-
-
-def bert_base(batch: int = 1):
-    torch.manual_seed(0)
-    return _eval(BertEncoder()), (torch.randn(batch, 128, 768),)
-
-
-def vit_tiny(batch: int = 1):
-    torch.manual_seed(0)
-    return _eval(ViT()), (torch.randn(batch, 3, 224, 224),)
-
-
-def lstm(batch: int = 1):
-    torch.manual_seed(0)
-    return _eval(SpeechLSTM()), (torch.randn(batch, 100, 80),)
-
-
-MODELS = {"resnet18": resnet18, "mobilenet_v3_small": mobilenet_v3_small, "bert_base": bert_base,
-          "vit_tiny": vit_tiny, "lstm": lstm}
+MODELS = {"resnet18": _factory(ResNet18, 3, 224, 224), "mobilenet_v3_small": _factory(MobileNetV3Small, 3, 224, 224),
+          "bert_base": _factory(BertEncoder, 128, 768), "vit_tiny": _factory(ViT, 3, 224, 224),
+          "lstm": _factory(SpeechLSTM, 100, 80)}
 
 
 # --- ours alone: the peers cannot run a model with our op ---------------------------------------------------------

@@ -66,7 +66,7 @@ def prepare(name: str, batch: int, work: Path, ops: Path) -> Path:
     package = work / f"{name}-{key}.pt2"
     if not package.exists():
         log(f"export {name} batch {batch} -> {package}")
-        for old in work.glob(f"{name}-*.pt2"):
+        for old in (*work.glob(f"{name}-*.pt2"), *work.glob(f"{name}*.onnx")):
             old.unlink()
         export_tools.export_package(model, inputs, package, ops_libraries=[ops] if name in peer_models.OURS else ())
     return package

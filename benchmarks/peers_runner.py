@@ -54,7 +54,10 @@ def peer_runners(model: torch.nn.Module, inputs: tuple, engines: list[str], thre
     import onnxruntime as ort
     import openvino as ov
 
-    export_onnx(model, inputs, onnx_path)
+    if not onnx_path.exists():  # named after the package's key: a changed model or torch makes a new one
+        partial = onnx_path.with_suffix(".partial")
+        export_onnx(model, inputs, partial)
+        partial.rename(onnx_path)
     feed = {f"input{i}": t.numpy() for i, t in enumerate(inputs)}
     runners = {}
     core = ov.Core()
@@ -112,7 +115,8 @@ def main() -> int:
     p.add_argument("--work", type=Path, required=True, help="the bench's folder: weights.pt, inputs.pt, eager.pt")
     p.add_argument("--threads", required=True, help="comma-separated intra-op thread counts")
     p.add_argument("--engines", default="ort,openvino", help="ort,openvino or eager,aoti (not both in one process)")
-    p.add_argument("--package", type=Path, help="the package (aoti)")
+    p.add_argument("--package", type=Path, required=True,
+                   help="the package (aoti); the peers' ONNX file is kept beside it, with its name")
     args = p.parse_args()
     engines = args.engines.split(",")
     threads = [int(t) for t in args.threads.split(",")]
@@ -125,7 +129,7 @@ def main() -> int:
     if set(engines) <= set(TORCH_ENGINES):
         runners, versions = torch_runners(model, inputs, engines, threads, args.package)
     else:
-        runners, versions = peer_runners(model, inputs, engines, threads, args.work / f"{args.model}.onnx")
+        runners, versions = peer_runners(model, inputs, engines, threads, args.package.with_suffix(".onnx"))
     scale = float(np.abs(eager).max()) or 1.0
     check = {f"{engine}/{n}": float(np.abs(as_numpy(fn()) - eager).max() / scale)
              for (engine, n), fn in runners.items()}
