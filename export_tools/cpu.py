@@ -26,6 +26,7 @@ import torch
 from torch._inductor import config as inductor_config
 from torch._inductor import cpp_builder, cpu_vec_isa
 
+from . import compat
 from .errors import CpuVariantError
 
 NATIVE = "native"
@@ -36,8 +37,6 @@ PORTABLE_X86 = {
     "default": ("x86-64", None),
 }
 NEON = "neon"
-# torch 2.11 has no cpp.march (its compiles always use -march=native): only the native variant there
-_HAS_MARCH = hasattr(inductor_config.cpp, "march")
 NAMES = (NATIVE, *PORTABLE_X86, NEON)
 TARGETS = {"linux-x86_64": "x86_64", "linux-aarch64": "aarch64"}
 HOST = "host"
@@ -174,11 +173,8 @@ def compiling(name: str) -> Iterator[Variant]:
     if name not in (NATIVE, NEON) and host_arch() != "x86_64":
         raise CpuVariantError(f"cpu_isa {name} is an x86-64 level; this machine is {host_arch()} (use native)")
     compiler = None
-    if not _HAS_MARCH and name != NATIVE:
-        raise CpuVariantError(f"cpu_isa {name} needs inductor's cpp.march setting, which torch {torch.__version__} "
-                              f"lacks (torch 2.12 or newer has it); use cpu_isa native")
     if name == NATIVE:
-        march, isa_list = (inductor_config.cpp.march if _HAS_MARCH else None), None
+        march, isa_list = compat.march(), None
     elif name == NEON:
         from . import cross
 
@@ -189,8 +185,7 @@ def compiling(name: str) -> Iterator[Variant]:
         march, isa_class = PORTABLE_X86[name]
         isa_list = [_PORTABLE_ISA[isa_class]()] if isa_class else []
     saved_list = cpu_vec_isa.valid_vec_isa_list
-    patch = {"cpp.march": march} if _HAS_MARCH else {}
-    with inductor_config.patch({**patch, **({} if name == NATIVE else {"cpp.simdlen": None})}):
+    with compat.patch_march(march), inductor_config.patch({} if name == NATIVE else {"cpp.simdlen": None}):
         try:
             if isa_list is not None:
                 # pick_vec_isa() reads this module global: every caller in inductor then sees the one ISA.
@@ -218,11 +213,7 @@ def _without_env(key: str, unless: bool) -> Iterator[None]:
 
 def _isa_flags(isa: cpu_vec_isa.VecISA) -> list[str]:
     """The -march and ISA flags inductor gives the compiler for the current config (its own functions)."""
-    compiler = cpp_builder.get_cpp_compiler()
-    if _HAS_MARCH:
-        flags = ["-" + f for f in cpp_builder._get_cpu_arch_cflags(compiler)]
-    else:  # older inductor: -march=native on x86-64 always
-        flags = ["-march=native"] if host_arch() == "x86_64" else ["-mcpu=native"]
+    flags = compat.arch_cflags(cpp_builder.get_cpp_compiler(), host_arch())
     _, isa_flags = cpp_builder._get_build_args_of_chosen_isa(isa)
     for f in isa_flags:
         flags.extend(f.split())
@@ -294,7 +285,10 @@ def every_torch_isa() -> list[cpu_vec_isa.VecISA]:
     for cls in _subclasses(cpu_vec_isa.VecISA):
         if cls.__module__ != cpu_vec_isa.__name__:
             continue
-        out.append(cls(256) if cls is cpu_vec_isa.VecSVE else cls())
+        try:
+            out.append(cls())
+        except TypeError:  # a vector width to give (VecSVE of torch 2.12 and newer)
+            out.append(cls(256))
     return out
 
 

@@ -20,7 +20,7 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from . import cpu, dynamic, libraries
+from . import compat, cpu, dynamic, libraries
 from . import golden as _golden
 from ._version import read as _version
 from .errors import CpuVariantError, ExportError
@@ -86,6 +86,9 @@ def export_package(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor
         "none": they stay parameters, as the model holds them.
     """
     path = Path(package_path)
+    if not compat.supported():
+        log.warning("torch %s is outside the supported range %d.%d .. %d.%d: the package is exported, but untested "
+                    "with it", torch.__version__, *compat.OLDEST, *compat.NEWEST)
     if optimize not in OPTIMIZE:
         raise ExportError(f"expected optimize as one of {', '.join(OPTIMIZE)}, got {optimize!r}")
     inputs = _check_arguments(model, example_inputs, path, dynamic_batch, golden, device, metadata)
@@ -491,8 +494,9 @@ def _compile(ep, out: Path, name: str, optimize: str, device: str) -> cpu.Varian
 
 
 def _variant_model_name(index: int, name: str) -> str:
-    # The first variant keeps AOTInductor's default name, so torch's own loaders find it.
-    return "model" if index == 0 else f"model_{name}"
+    # The first variant keeps AOTInductor's default name, so torch's own loaders find it. No name may begin with
+    # another: torch 2.11's loader takes the files of every folder whose path contains the one asked for.
+    return "model" if index == 0 else f"{name}_model"
 
 
 def _finish_package(compiled: list[tuple[cpu.Variant, Path]], final: Path, spec: dict[str, Any],
@@ -526,10 +530,12 @@ def _finish_package(compiled: list[tuple[cpu.Variant, Path]], final: Path, spec:
                     raise ExportError(f"unexpected record {n} in the {variant.name} compile")
                 elif records.setdefault(n, data) != data:
                     raise ExportError(f"the {variant.name} compile's {n} differs from the first compile's")
+        library_record = model_dir(model_name) + libs[0][len(own):]
+        records.update(compat.loader_records(library_record))
         spec["variants"].append({
             "isa": variant.name, "model": model_name, "arch": variant.arch, "vec_isa": variant.vec_isa,
             "compile_flags": list(variant.flags), "cpu_features": list(variant.cpu_features),
-            "record": model_dir(model_name) + libs[0][len(own):],
+            "record": library_record,
             "sha256": hashlib.sha256(lib_bytes).hexdigest(), "size": len(lib_bytes),
         })
     _write_archive(final, records, spec, golden_bytes)

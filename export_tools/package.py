@@ -4,7 +4,7 @@ them (the C++ reader is runtime/src/package.cpp).
 
 Layout of a package (a PT2 archive, every record under the archive's root folder):
     data/aotinductor/<model>/         one folder per CPU variant ("model" for the first, AOTInductor's default name;
-                                      "model_<isa>" for the others), each with AOTInductor's records and library
+                                      "<isa>_model" for the others), each with AOTInductor's records and library
     data/aotinductor/<model>/*_metadata.json   AOTInductor's metadata, with the spec under SPEC_KEY in each
     data/constants/, data/weights/    the constants and custom objects the variants share
     GOLDEN_RECORD                     the golden cases
@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 import torch
 
-from . import cpu, libraries
+from . import compat, cpu, libraries
 from . import golden as _golden
 from .errors import ExportError
 
@@ -126,7 +126,11 @@ def load_package(package_path: str | os.PathLike, cpu_isa: str | None = None):
     torch._inductor.aoti_load_package's, which loads every variant, also ones this CPU cannot execute."""
     from torch.export.pt2_archive._package import AOTICompiledModel
 
-    variant = select_variant(read_spec(package_path), cpu_isa)
+    spec = read_spec(package_path)
+    why = compat.why_not_loadable(spec["torch_version"])
+    if why:
+        raise ExportError(f"{package_path}: {why}")
+    variant = select_variant(spec, cpu_isa)
     return AOTICompiledModel(torch._C._aoti.AOTIModelPackageLoader(str(package_path), variant["model"], False, 1, -1))
 
 

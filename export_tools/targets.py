@@ -71,8 +71,8 @@ def _key(target: str) -> str:
 
 
 def _torch_version() -> str:
-    import torch
-    return torch.__version__.split("+")[0]
+    from . import compat
+    return compat.release()
 
 
 def targets_dir() -> Path:

@@ -4,26 +4,15 @@
 #include <limits>
 
 #include <torch/cuda.h>
-#include <torch/headeronly/version.h>
 
 namespace pt2rt {
-
-const char* torch_version() {
-  static const std::string v = std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + "." +
-                               std::to_string(TORCH_VERSION_PATCH);
-  return v.c_str();
-}
 
 namespace detail {
 
 void check_host(const Spec& spec, const Options& options) {
   if (options.check_torch_version) {
-    const std::string exported = spec.torch_version.substr(0, spec.torch_version.find('+'));
-    if (exported != torch_version()) {
-      throw Error(ErrorCode::Package, "the package was exported with torch " + spec.torch_version +
-                                          "; this runtime is built with torch " + torch_version() +
-                                          " (export it with the same torch)");
-    }
+    const std::string why = why_not_loadable(spec.torch_version, torch_version());
+    if (!why.empty()) throw Error(ErrorCode::Package, why);
   }
   if (spec.device == Device::CUDA) {
     if (!torch::cuda::is_available()) {

@@ -110,6 +110,8 @@ void check_registered(const Spec& spec, const std::vector<std::string>& loaded);
 
 // Host checks.
 void check_host(const Spec& spec, const Options& options);
+// Why a package exported by torch `package_torch` cannot load under `runtime_torch`; "" when it can (compat.cpp).
+std::string why_not_loadable(const std::string& package_torch, const std::string& runtime_torch);
 
 // Gives the calling thread's OpenMP (and MKL) team the size set_num_threads set, once per thread and setting:
 // torch sizes a thread's team only inside its own parallel ops, and a model made of inductor kernels and oneDNN

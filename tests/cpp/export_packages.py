@@ -25,7 +25,7 @@ import torch
 
 import my_ops
 import export_tools
-from export_tools import export_package, load_ops_library, read_spec
+from export_tools import compat, export_package, load_ops_library, read_spec
 from my_ops import models
 from export_tools.package import SPEC_KEY
 
@@ -385,6 +385,13 @@ def main():
                                for i in cpu.every_torch_isa() if type(i).__name__.startswith(("VecAVX", "VecAMX"))},
     }))
     rewrite(net, bad / "other_torch.pt2", edit_spec=with_spec(torch_version="2.0.0+cpu"))
+    # export_tools.compat's rule: a package from this torch's minor or an older one in the range loads, a newer
+    # one does not (the library is this torch's in all of them: only the spec's claim differs)
+    major, minor, patch = compat.parse(torch.__version__)
+    rewrite(net, bad / "newer_torch.pt2", edit_spec=with_spec(torch_version=f"{major}.{minor + 1}.0+cpu"))
+    rewrite(net, bad / "other_patch.pt2", edit_spec=with_spec(torch_version=f"{major}.{minor}.{patch + 7}"))
+    rewrite(net, bad / "older_torch_in_range.pt2",
+            edit_spec=with_spec(torch_version=f"{major}.{max(compat.OLDEST[1], minor - 1)}.0"))
     rewrite(net, bad / "cuda_device.pt2", edit_spec=with_spec(device="cuda", cuda={"version": "13.0",
                                                                                     "compute_capability": "9.0"}))
     rewrite(net, bad / "unknown_library.pt2",

@@ -35,7 +35,7 @@ pt2rt::Options with(const std::string& cpu_isa) {
 pt2rt::Variant variant(const std::string& isa, std::vector<std::string> features, const std::string& arch = "x86_64") {
   pt2rt::Variant v;
   v.isa = isa;
-  v.model = "model_" + isa;
+  v.model = isa + "_model";
   v.arch = arch;
   v.cpu_features = std::move(features);
   return v;

@@ -52,7 +52,7 @@ def test_spec_matches_schema_and_model(exported):
     assert spec["torch_version"] == torch.__version__
     assert spec["metadata"] == {"purpose": "tests"}
     assert [(v["isa"], v["model"]) for v in spec["variants"]] == [
-        ("avx2", "model"), ("avx512", "model_avx512"), ("default", "model_default")]
+        ("avx2", "model"), ("avx512", "avx512_model"), ("default", "default_model")]
     assert all(v["arch"] == "x86_64" for v in spec["variants"])
 
 

@@ -202,7 +202,8 @@ struct Options {
   std::vector<std::string> ops_libraries;
   // Model instances that serve concurrent run() calls: 1..kMaxRunners.
   int num_runners = 1;
-  // Refuse a package exported with another torch version (AOTInductor's ABI is not stable across versions).
+  // Refuse a package exported with a newer torch minor version than the runtime's, or before 2.11: a model library
+  // runs under the libtorch that made it or a newer one (AOTInductor's C shim keeps old functions).
   bool check_torch_version = true;
   // Check the compiled model library's SHA-256 against the spec.
   bool check_sha256 = true;

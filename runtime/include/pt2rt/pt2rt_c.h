@@ -119,7 +119,8 @@ PT2RT_C_EXPORT pt2rt_status pt2rt_options_set_num_runners(pt2rt_options* options
 PT2RT_C_EXPORT pt2rt_status pt2rt_options_add_ops_library(pt2rt_options* options, const char* path);
 /* Also look for the spec's ops libraries next to the package (default 0: off). */
 PT2RT_C_EXPORT pt2rt_status pt2rt_options_set_ops_from_package_dir(pt2rt_options* options, int enabled);
-/* Refuse a package made by another torch version (default 1); check its library's SHA-256 (default 1). */
+/* Refuse a package made by a newer torch minor version than the runtime's, or before 2.11 (default 1); check its
+   library's SHA-256 (default 1). */
 PT2RT_C_EXPORT pt2rt_status pt2rt_options_set_check_torch_version(pt2rt_options* options, int enabled);
 PT2RT_C_EXPORT pt2rt_status pt2rt_options_set_check_sha256(pt2rt_options* options, int enabled);
 /* Keep the package file open (from memory: its golden cases) for the runtime's life (default 1). */
