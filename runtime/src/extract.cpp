@@ -6,6 +6,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,7 +16,6 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <map>
 #include <mutex>
 
@@ -85,11 +85,21 @@ std::string parent_locked() {
   return g_parent;
 }
 
+int remove_entry(const char* path, const struct stat*, int type, struct FTW*) {
+  return type == FTW_DP ? rmdir(path) : unlink(path);
+}
+
+// A tree removed with POSIX calls, never following links; true when it is gone. Not std::filesystem::remove_all:
+// torch's wheels export copies of it, and a process that finds libtorch first gets theirs (torch 2.11's CUDA
+// libtorch.so has one that calls a null function).
+bool remove_tree(const std::string& dir) {
+  return nftw(dir.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS) == 0;
+}
+
 // Removes one directory below the parent, and the parent once it holds none (made again, under the same name,
 // by the next load). Under g_mutex.
 void discard_locked(const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
+  remove_tree(dir);
   if (--g_live == 0) rmdir(g_parent.c_str());
 }
 
@@ -230,8 +240,7 @@ int remove_stale_temp_dirs() {
     struct stat st {};
     const std::string path = root + "/" + name;
     if (lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid()) continue;
-    std::error_code ec;
-    if (std::filesystem::remove_all(path, ec) > 0 && !ec) ++removed;
+    if (remove_tree(path)) ++removed;
   }
   closedir(d);
   return removed;

@@ -2,10 +2,11 @@
 #include "internal.h"
 #include "parsers.h"
 
-#include <torch/csrc/inductor/aoti_package/model_package_loader.h>
+#include <torch/csrc/inductor/aoti_runner/model_container_runner.h>
 #include <torch/cuda.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <map>
 #include <mutex>
@@ -14,8 +15,8 @@ namespace pt2rt {
 
 namespace {
 
-// AOTInductor's loader (torch 2.13) is not safe to construct from several threads at once: 4 of 10 runs of
-// tests/cpp/test_loading.cpp's concurrent test failed inside it ("[json.exception.type_error.302] type must be
+// AOTInductor's loading is not safe from several threads at once: 4 of 10 runs of tests/cpp/test_loading.cpp's
+// concurrent test failed inside its package loader (torch 2.13: "[json.exception.type_error.302] type must be
 // string, but is null"), also with a directory of its own per load. Only the construction and destruction are
 // serialized; reading, checking and extracting the package, and loading ops libraries, run in parallel.
 std::mutex g_aoti_mutex;
@@ -36,12 +37,17 @@ struct Runtime::Impl {
   size_t variant = 0;  // index into spec.variants
   int device_index = -1;  // CUDA packages: Options::device_index
   std::shared_ptr<detail::Extraction> extracted;  // the variant's files; AOTInductor loads from there
-  std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
+  std::unique_ptr<torch::inductor::AOTIModelContainerRunner> runner;
+  // The first run that succeeds runs alone: a model container's first runs set up its constants, and torch 2.11's
+  // first two concurrent runs deadlocked there (one held the only model while it waited to set them up, the other
+  // held the lock while it waited for a model: Pt2run.BenchWarmsUpOnTheThreadsItMeasures hung in half its runs).
+  mutable std::mutex first_run_mutex;
+  mutable std::atomic<bool> first_run_done{false};
 
   ~Impl() {
     {
       std::lock_guard<std::mutex> lock(g_aoti_mutex);
-      loader.reset();  // before the files it was loaded from go
+      runner.reset();  // before the files it was loaded from go
     }
     extracted.reset();
   }
@@ -194,11 +200,23 @@ void load_opened(Runtime::Impl& impl, const Options& options) {
   impl.libraries = detail::load_ops_libraries(spec, impl.from_memory ? "" : package_path, options);
   detail::check_registered(spec, impl.libraries);
 
+  // The model library straight into AOTInductor's runner for the device, as its package loader does after reading
+  // the package: every supported torch has the same runner interface, while package loaders differ (torch 2.11's
+  // reads archives only, 2.13's also a folder). Custom objects and the proxy executor's json lie next to the library.
+  const std::string device_type = spec.device == Device::CUDA ? "cuda" : "cpu";
   try {
     std::lock_guard<std::mutex> lock(g_aoti_mutex);
-    impl.loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
-        impl.extracted->dir, variant.model, /*run_single_threaded=*/false, static_cast<size_t>(options.num_runners),
-        static_cast<c10::DeviceIndex>(options.device_index));
+    auto& runners = torch::inductor::getAOTIModelRunnerRegistry();
+    const auto create = runners.find(device_type);
+    if (create == runners.end()) {
+      throw Error(ErrorCode::Package, package_path + ": this libtorch has no AOTInductor runner for " + device_type);
+    }
+    const std::string device = device_type == "cuda" && options.device_index >= 0
+                                   ? "cuda:" + std::to_string(options.device_index)
+                                   : device_type;
+    impl.runner = create->second(impl.extracted->dir + "/" + variant.record, static_cast<size_t>(options.num_runners),
+                                 device, impl.extracted->dir + "/data/aotinductor/" + variant.model,
+                                 /*run_single_threaded=*/false);
   } catch (const Error&) {
     throw;  // ~Impl removes the temporary directory
   } catch (const std::exception& e) {
@@ -247,6 +265,17 @@ Runtime Runtime::load_from_memory(const void* bytes, std::size_t size, const Opt
 
 namespace {
 
+// Torch 2.11's runner returns from a model that failed with outputs it never set, and keeps the reason to itself.
+std::vector<at::Tensor> checked(std::vector<at::Tensor> outputs) {
+  for (const auto& t : outputs) {
+    if (!t.defined()) {
+      throw Error(ErrorCode::Runtime, std::string("the model failed (the AOTInductor of torch ") + torch_version() +
+                                          " does not say why)");
+    }
+  }
+  return outputs;
+}
+
 // The model's outputs as AOTInductor returns them: they may alias the inputs (borrowed into args, which the caller
 // keeps while it looks at the outputs), constants, each other.
 std::vector<at::Tensor> run_model(const Runtime::Impl& impl, const std::vector<TensorView>& inputs,
@@ -273,7 +302,17 @@ std::vector<at::Tensor> run_model(const Runtime::Impl& impl, const std::vector<T
   detail::apply_num_threads();
   try {
     c10::InferenceMode inference;  // inference only: no autograd bookkeeping in the model's fallback ops
-    return impl.loader->run(args);
+    if (!impl.first_run_done.load(std::memory_order_acquire)) {
+      std::lock_guard<std::mutex> alone(impl.first_run_mutex);
+      if (!impl.first_run_done.load(std::memory_order_relaxed)) {
+        std::vector<at::Tensor> outputs = checked(impl.runner->run(args));
+        impl.first_run_done.store(true, std::memory_order_release);
+        return outputs;
+      }
+    }
+    return checked(impl.runner->run(args));
+  } catch (const Error&) {
+    throw;
   } catch (const std::exception& e) {
     throw Error(ErrorCode::Runtime, "the model failed: " + detail::short_what(e));
   }
