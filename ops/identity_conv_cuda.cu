@@ -6,7 +6,6 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
-#include <torch/library.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -36,7 +35,6 @@ Strides4 strides_of(const at::Tensor& t) {
 }  // namespace
 
 at::Tensor identity_conv_cuda(const at::Tensor& x) {
-  check_input(x, "identity_conv_op");
   const c10::cuda::CUDAGuard guard(x.device());
   at::Tensor out = at::empty_like(x);
   const int64_t n = x.numel();
@@ -58,5 +56,3 @@ at::Tensor identity_conv_cuda(const at::Tensor& x) {
 }
 
 }  // namespace my_ops
-
-TORCH_LIBRARY_IMPL(my_ops, CUDA, m) { m.impl("identity_conv_op", &my_ops::identity_conv_cuda); }
