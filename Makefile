@@ -1,11 +1,11 @@
 # Thin wrapper: the work is in scripts/. FLAVOUR=cpu (default) or cuda; BUILD_TYPE=Release (default) or Debug;
-# TARGET=linux-aarch64 for cross-build and bundle.
+# TARGET=linux-aarch64 for cross-build and bundle; TORCH=2.11 (2.11 .. 2.15) for test-torch.
 FLAVOUR ?= cpu
 BUILD_TYPE ?= Release
 TARGET ?= linux-aarch64
 export FLAVOUR BUILD_TYPE TARGET
 
-.PHONY: demo test test-aarch64 test-x86-hosts container build cross-build bundle bootstrap sanitize tsan fuzz bench bench-peers package clean
+.PHONY: demo test test-aarch64 test-x86-hosts test-torch container build cross-build bundle bootstrap sanitize tsan fuzz bench bench-peers package clean
 demo:
 	@scripts/demo.sh
 test:
@@ -14,6 +14,8 @@ test-x86-hosts:
 	@scripts/build.sh && scripts/test-x86-hosts.sh
 test-aarch64:
 	@scripts/test-aarch64.sh
+test-torch:
+	@TORCH=$(TORCH) scripts/test-torch.sh
 build:
 	@scripts/build.sh
 cross-build:

@@ -24,7 +24,7 @@ echo "== build it"
   || { cat configure.log; exit 1; }
 "$CMAKE" --build proj/build -j "$(nproc)"
 echo "== its own tests"
-PYTHONPATH=proj/python "$PYTHON" -m pytest -q -p no:cacheprovider --rootdir proj proj/tests
+PYTHONPATH=proj/python${PYTHONPATH:+:$PYTHONPATH} "$PYTHON" -m pytest -q -p no:cacheprovider --rootdir proj proj/tests
 echo "== a model using acme::scale2 and my_ops -> one package"
 cat > export_both.py <<'PY'
 import sys, torch
@@ -49,7 +49,7 @@ torch.save(y, sys.argv[2])
 with torch.no_grad():
     torch.save(model(y), sys.argv[3])
 PY
-PYTHONPATH=proj/python "$PYTHON" export_both.py both.pt2 in.pt eager.pt
+PYTHONPATH=proj/python${PYTHONPATH:+:$PYTHONPATH} "$PYTHON" export_both.py both.pt2 in.pt eager.pt
 echo "== pt2run, the new library by --ops (libidentity_conv_ops.so still found next to libpt2rt.so)"
 env -u PT2RT_OPS_PATH "$BUILD/bin/pt2run" run both.pt2 --ops proj/build/libacme_ops.so --input in.pt --output out.pt
 "$PYTHON" -c "
