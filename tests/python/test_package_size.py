@@ -25,7 +25,9 @@ def test_no_sources_and_no_debug_info(exported):
     path, _, _ = exported("net_dynamic")
     with zipfile.ZipFile(path) as zf:
         names = zf.namelist()
-        assert not [n for n in names if n.endswith(".cpp")]
+        # no generated sources: only the empty placeholder of each library that torch 2.11's loader wants
+        sources = [n for n in names if n.endswith(".cpp")]
+        assert sources and all(zf.getinfo(n).file_size == 0 for n in sources), sources
         libraries = [n for n in names if n.endswith(".so")]
         assert len(libraries) == 3
         for n in libraries:
