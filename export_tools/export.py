@@ -464,8 +464,8 @@ def _compile(ep, out: Path, name: str, optimize: str, device: str) -> cpu.Varian
     """One CPU variant into its own package file. Each compile gets a fresh inductor cache: with a shared one, a
     later compile of the same graph can be handed an earlier compile's generated code. A variant for another arch:
     inductor's C++ only, built by the cross compiler (export_tools.cross). optimize (export_package's): inductor
-    freezes only with gradients off; export_tools.passes adds its settings to CPU compiles. Its oneDNN weight packing stays off: it fuses activations into oneDNN calls,
-    whose ReLU maps NaN to 0 where eager gives NaN, and it packs for this CPU only."""
+    freezes only with gradients off; export_tools.passes adds its settings to CPU compiles, oneDNN's packed
+    weights where they are safe and faster (passes.weight_packing)."""
     from torch._inductor import config as inductor_config
     from torch._inductor.utils import fresh_cache
 
@@ -474,7 +474,8 @@ def _compile(ep, out: Path, name: str, optimize: str, device: str) -> cpu.Varian
     try:
         freeze = optimize == "fold"
         with cpu.compiling(name) as variant, fresh_cache(), torch.no_grad() if freeze else contextlib.nullcontext(), \
-                inductor_config.patch({"freezing": freeze, "cpp.weight_prepack": False,
+                passes.weight_packing(variant if device == "cpu" and freeze else None) as packing, \
+                inductor_config.patch({"freezing": freeze, **packing,
                                        **(passes.cpu_inductor_config() if device == "cpu" else {})}):
             if variant.arch == cpu.host_arch():
                 torch._inductor.aoti_compile_and_package(ep, package_path=str(out))

@@ -13,16 +13,31 @@ so the adds fuse into the kernel of whatever follows (an activation, a residual 
 operations as eager up to float rounding, NaN and inf included. Measured (pt2run, batch 1, 1 / 2 threads,
 2026-12-03, Intel Xeon with AMX, 2 vCPUs): MobileNetV3-Small -9 % / -25 %, ViT-Tiny -4 % / -5 %, BERT-base -1 % /
 -2 %, ResNet-18 (no 1x1 stride-1 convolutions) unchanged.
+
+`weight_packing(variant)`: oneDNN's packed weights (inductor's `cpp.weight_prepack`) for the small dense spatial
+convolutions (ungrouped, a kernel larger than 1x1, at most PACK_MAX_POSITIONS output positions) of the variants that
+only AVX-512 CPUs run, on an AVX-512 build machine: ResNet-18 at batch 1 -10 to -18 % (1 / 2 threads). oneDNN lays
+the weights out for the CPU class it runs on; where the class at run time differs, each call falls back to a
+reference kernel (ResNet-18 packed on AVX-512 and run with oneDNN held to AVX2: 15x slower, and the reverse too), so
+the AVX2 and baseline variants stay unpacked. Not packed, because they lost here: depthwise and 1x1 convolutions
+(MobileNetV3-Small +33 %), linear layers (MKL's packed form is also specific to the CPU; ViT-Tiny +5 %).
+`KeepNonFinite` keeps the activations inductor would fuse into the packed calls out of them where oneDNN's form
+differs from eager's on NaN (ReLU, clamps, hardsigmoid: NaN -> 0).
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
 
 aten = torch.ops.aten
+log = logging.getLogger("export_tools")
 
 
 def _with_val(node: torch.fx.Node) -> torch.fx.Node:
@@ -102,6 +117,123 @@ class ProductRewrites(CustomGraphPass):
         return get_hash_for_files((__file__,))
 
 
+class KeepNonFinite(CustomGraphPass):
+    """Before inductor fuses activations into oneDNN's calls (post-grad patterns): relu(x) -> clamp_min(x, 0) and
+    clamp_max(clamp_min(x, a), b) -> clamp_min(clamp_max(x, b), a), the same values with NaN kept (inductor's
+    clamps propagate NaN, as eager's do) in forms the fusion patterns do not match."""
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        for node in list(graph.nodes):
+            if node.op != "call_function":
+                continue
+            if node.target is aten.relu.default:
+                with graph.inserting_before(node):
+                    clamp = graph.call_function(aten.clamp_min.default, (node.args[0], 0))
+                clamp.meta.update(node.meta)
+                node.replace_all_uses_with(clamp)
+                graph.erase_node(node)
+        for node in list(graph.nodes):
+            if (node.op == "call_function" and node.target is aten.clamp_max.default
+                    and isinstance(node.args[0], torch.fx.Node) and node.args[0].target is aten.clamp_min.default
+                    and len(node.args[0].users) == 1):
+                low, high = node.args[0], node.args[1]
+                with graph.inserting_before(node):
+                    upper = graph.call_function(aten.clamp_max.default, (low.args[0], high))
+                    swapped = graph.call_function(aten.clamp_min.default, (upper, low.args[1]))
+                upper.meta.update(low.meta)
+                swapped.meta.update(node.meta)
+                node.replace_all_uses_with(swapped)
+                graph.erase_node(node)
+                graph.erase_node(low)
+        graph.lint()
+
+    def uuid(self) -> Any:
+        return get_hash_for_files((__file__,))
+
+
+# output positions (batch x height x width) up to which a packed convolution wins: oneDNN's per-call reorder of
+# unpacked weights costs as much as a sizeable part of the product there; past it the activation's own pass (no
+# longer fused, KeepNonFinite) costs more than packing saves (ResNet-18: batch 1 -12 %, batch 8 all packed +10 %)
+PACK_MAX_POSITIONS = 256
+
+
+def _small_dense_conv(match: Any) -> bool:
+    conv = match.output_node()
+    _x, w, _b, _stride, _padding, _dilation, transposed, _output_padding, groups = conv.args
+    shape, out = w.meta["val"].shape, conv.meta["val"].shape
+    static = all(isinstance(d, int) for d in out)  # a dynamic size: inductor would pack at every call
+    return (static and not transposed and groups == 1 and len(shape) == 4 and any(k > 1 for k in shape[2:])
+            and out[0] * out[2] * out[3] <= PACK_MAX_POSITIONS)
+
+
+# inductor's checks of what its freezing pass packs -> ours on top, while `weight_packing` is on
+_PACK_RULES = {"_is_packable_convolution": _small_dense_conv,
+               "_is_packable_linear": lambda match: False,
+               "_is_packable_mkldnn_rnn_layer": lambda match: False}
+_packing_on = False
+
+
+def _restrict_packing() -> bool:
+    """Our rules wrapped around inductor's registered checks (once per process); False where this torch's inductor
+    lacks them (then nothing is packed)."""
+    from torch._inductor.fx_passes import freezing_patterns, mkldnn_fusion
+
+    mkldnn_fusion._mkldnn_weight_pack_init()  # registers the packing patterns once (functools.cache)
+    found = set()
+    for patterns in freezing_patterns.pass_patterns:
+        for entries in patterns.patterns.values():
+            for entry in entries:
+                check = entry.extra_check
+                name = getattr(check, "pt2rt_rule", None) or getattr(check, "__name__", "")
+                if name not in _PACK_RULES:
+                    continue
+                found.add(name)
+                if getattr(check, "pt2rt_rule", None):
+                    continue
+
+                def restricted(match, _inductors=check, _ours=_PACK_RULES[name]):
+                    from torch._inductor import config
+
+                    # inductor applies its packing patterns, once registered, to every later freezing compile of
+                    # the process, whatever its cpp.weight_prepack: gate them on it
+                    return (config.cpp.weight_prepack and _inductors(match)
+                            and (not _packing_on or _ours(match)))
+
+                restricted.pt2rt_rule = name  # type: ignore[attr-defined]
+                entry.extra_check = restricted
+    return found == set(_PACK_RULES)
+
+
+def packs_weights(variant: Any) -> bool:
+    """Whether `variant`'s CPU compile (None: none) packs the small dense convolutions' weights (the module's
+    docstring)."""
+    from . import cpu
+
+    avx512 = {"avx512f", "avx512bw", "avx512dq", "avx512vl"}
+    return (variant is not None and variant.arch == "x86_64" == cpu.host_arch()
+            and variant.name in (cpu.NATIVE, "avx512") and avx512 <= cpu.host_features() and torch.backends.mkldnn.is_available()
+            and not any(os.environ.get(k) for k in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")))
+
+
+@contextlib.contextmanager
+def weight_packing(variant: Any) -> Iterator[dict[str, Any]]:
+    """The inductor settings of `variant`'s compile that concern packed weights, our packing rules on meanwhile."""
+    global _packing_on
+    if not packs_weights(variant):
+        yield {"cpp.weight_prepack": False}
+        return
+    if not _restrict_packing():
+        log.warning("this torch's inductor lacks the checks export_tools restricts weight packing with: "
+                    "nothing packed")
+        yield {"cpp.weight_prepack": False}
+        return
+    _packing_on = True
+    try:
+        yield {"cpp.weight_prepack": True, "post_grad_custom_pre_pass": KeepNonFinite()}
+    finally:
+        _packing_on = False
+
+
 def cpu_inductor_config() -> dict[str, Any]:
-    """The inductor settings export_tools compiles CPU packages with, on top of freezing."""
+    """The inductor settings export_tools compiles CPU packages with, on top of freezing (and weight_packing's)."""
     return {"conv_1x1_as_mm": True, "post_grad_custom_post_pass": ProductRewrites()}

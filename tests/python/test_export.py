@@ -427,26 +427,81 @@ def test_products_are_rewritten_where_atens_form_is_slow():
                 assert torch.allclose(ep.module()(other), model(other), atol=1e-6)
 
 
+class _Activations(torch.nn.Module):
+    """Dense 3x3 convolutions (packed where export_tools packs) followed by each activation inductor would fuse
+    into oneDNN's call, a residual add, then a depthwise and a 1x1 convolution (never packed)."""
+
+    def __init__(self):
+        super().__init__()
+        self.convs = torch.nn.ModuleList(torch.nn.Conv2d(4, 4, 3, padding=1) for _ in range(5))
+        self.bn = torch.nn.BatchNorm2d(4)
+        self.depthwise = torch.nn.Conv2d(4, 4, 3, padding=1, groups=4)
+        self.pointwise = torch.nn.Sequential(torch.nn.Conv2d(4, 4, 1), torch.nn.BatchNorm2d(4), torch.nn.ReLU())
+
+    def forward(self, x):
+        a = torch.relu(self.bn(self.convs[0](x)))
+        b = torch.nn.functional.relu6(self.convs[1](a))
+        c = torch.nn.functional.hardsigmoid(self.convs[2](b))
+        d = torch.relu(self.convs[3](c) + a)
+        e = torch.nn.functional.hardtanh(self.convs[4](d), -0.5, 0.5)
+        return torch.cat([a, b, c, d, e, self.pointwise(self.depthwise(e))], 1)
+
+
+def test_weights_are_packed_only_in_variants_for_the_build_machines_cpu_class(monkeypatch):
+    """oneDNN lays packed weights out for the CPU class it runs on (another class at run time: a reference kernel,
+    15x slower), so only the native and avx512 variants built on an AVX-512 machine pack."""
+    from export_tools import cpu, passes
+
+    def variant(name, arch="x86_64"):
+        return cpu.Variant(name=name, arch=arch, vec_isa="", flags=(), cpu_features=())
+
+    avx512 = frozenset({"avx2", "avx512f", "avx512bw", "avx512dq", "avx512vl"})
+    monkeypatch.setattr(cpu, "host_arch", lambda: "x86_64")
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+    monkeypatch.setattr(cpu, "host_features", lambda: avx512)
+    assert [passes.packs_weights(variant(n)) for n in ("native", "avx512", "avx2", "default")] == \
+        [True, True, False, False]
+    assert not passes.packs_weights(variant("neon", "aarch64")) and not passes.packs_weights(None)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # oneDNN held below the variant's class while exporting
+    assert not passes.packs_weights(variant("native"))
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
+    monkeypatch.setattr(cpu, "host_features", lambda: frozenset({"avx2", "fma"}))  # an AVX2 machine
+    assert not any(passes.packs_weights(variant(n)) for n in ("native", "avx512", "avx2"))
+
+
 def test_optimize_folds_the_weights_by_default_keeping_nan_as_eager(tmp_path):
+    from export_tools import cpu, passes
+
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
-                                torch.nn.Conv2d(8, 4, 1), torch.nn.BatchNorm2d(4), torch.nn.ReLU()).eval()
-    x = torch.randn(1, 3, 16, 16)
+    model = _Activations().eval()
+    with torch.no_grad():
+        model.bn.running_mean.uniform_(-1, 1)
+        model.bn.running_var.uniform_(0.5, 2)
+    x = torch.randn(1, 4, 12, 12)
     odd = x.clone()
-    odd[0, 0, 4, 4], odd[0, 1, 9, 9] = float("nan"), float("inf")
+    odd[0, 0, 4, 4], odd[0, 1, 9, 9], odd[0, 2, 1, 1] = float("nan"), float("inf"), -float("inf")
     libraries = {}
     for optimize in ("fold", "none"):
-        kwargs = {} if optimize == "fold" else {"optimize": optimize}  # fold: the default
+        # fold: the default; two variants from one process (inductor registers its packing once per process)
+        kwargs = {"cpu_isa": "native,avx2"} if optimize == "fold" else {"optimize": optimize}
         path = export_package(model, (x,), tmp_path / f"{optimize}.pt2", golden=1, **kwargs)  # verified
         with zipfile.ZipFile(path) as z:
-            libraries[optimize] = b"".join(z.read(n) for n in z.namelist() if n.endswith(".wrapper.so"))
-        # non-finite values travel as in eager (oneDNN's fused ReLU, which packed weights bring, would make NaN 0)
-        got, expected = load_package(path)(odd), model(odd)
-        assert torch.equal(got.isnan(), expected.isnan()) and expected.isnan().any()
+            libraries[optimize] = b"".join(z.read(n) for n in z.namelist()
+                                           if n.endswith(".wrapper.so") and "/avx2_model/" not in n)
+            if optimize == "fold":
+                (avx2,) = [z.read(n) for n in z.namelist() if n.endswith(".wrapper.so") and "/avx2_model/" in n]
+                assert b"mkldnn" not in avx2 and b"aoti_torch_cpu_convolution" in avx2
+        # non-finite values travel as in eager: oneDNN's fused ReLU and clamps would make NaN 0 (passes.KeepNonFinite)
+        with torch.no_grad():
+            got, expected = load_package(path)(odd), model(odd)
+        assert torch.equal(got.isnan(), expected.isnan()) and expected.isnan().sum() > 1000
         assert torch.allclose(got, expected, atol=1e-5, equal_nan=True)
-    # fold: the weights compiled in as constants (the batch norm folded), ATen's convolution, nothing packed
+    # fold: the weights compiled in as constants (the batch norms folded); the five 3x3 convolutions packed for
+    # oneDNN on an AVX-512 machine (one of them with the residual add), the depthwise one ATen's convolution
+    native = cpu.Variant(name="native", arch=cpu.host_arch(), vec_isa="", flags=(), cpu_features=())
     assert b"_frozen_param" in libraries["fold"] and b"aoti_torch_cpu_convolution" in libraries["fold"]
-    assert b"mkldnn" not in libraries["fold"]
+    assert (b"mkldnn__convolution_pointwise" in libraries["fold"]) == passes.packs_weights(native)
     # the 1x1 convolution: a product, its (folded) bias added in the ReLU's kernel (export_tools.passes)
     assert b"aoti_torch_cpu_mm_out" in libraries["fold"] and b"addmm" not in libraries["fold"]
     assert b"_frozen_param" not in libraries["none"] and b"mkldnn" not in libraries["none"]
