@@ -14,15 +14,15 @@ operations as eager up to float rounding, NaN and inf included. Measured (pt2run
 2026-12-03, Intel Xeon with AMX, 2 vCPUs): MobileNetV3-Small -9 % / -25 %, ViT-Tiny -4 % / -5 %, BERT-base -1 % /
 -2 %, ResNet-18 (no 1x1 stride-1 convolutions) unchanged.
 
-`weight_packing(variant)`: oneDNN's packed weights (inductor's `cpp.weight_prepack`) for the small dense spatial
-convolutions (ungrouped, a kernel larger than 1x1, at most PACK_MAX_POSITIONS output positions) of the variants that
-only AVX-512 CPUs run, on an AVX-512 build machine: ResNet-18 at batch 1 -10 to -18 % (1 / 2 threads). oneDNN lays
-the weights out for the CPU class it runs on; where the class at run time differs, each call falls back to a
-reference kernel (ResNet-18 packed on AVX-512 and run with oneDNN held to AVX2: 15x slower, and the reverse too), so
-the AVX2 and baseline variants stay unpacked. Not packed, because they lost here: depthwise and 1x1 convolutions
-(MobileNetV3-Small +33 %), linear layers (MKL's packed form is also specific to the CPU; ViT-Tiny +5 %).
-`KeepNonFinite` keeps the activations inductor would fuse into the packed calls out of them where oneDNN's form
-differs from eager's on NaN (ReLU, clamps, hardsigmoid: NaN -> 0).
+`weight_packing(variant)`: oneDNN's packed weights (inductor's `cpp.weight_prepack`) for the depthwise convolutions
+and the small dense ones (a kernel larger than 1x1; ungrouped with at most PACK_MAX_POSITIONS output positions) of
+the variants that only AVX-512 CPUs run, on an AVX-512 build machine: ResNet-18 at batch 1 -10 to -18 %,
+MobileNetV3-Small -7 to -11 % (1 / 2 threads). oneDNN lays the weights out for the CPU class it runs on; where the
+class at run time differs, each call falls back to a reference kernel (ResNet-18 packed on AVX-512 and run with
+oneDNN held to AVX2: 15x slower, and the reverse too), so the AVX2 and baseline variants stay unpacked. Not packed,
+because they lost here: 1x1 convolutions (a product instead, above), linear layers (MKL's packed form is also
+specific to the CPU; ViT-Tiny +5 %). `KeepNonFinite` keeps the activations inductor would fuse into the packed calls
+out of them where oneDNN's form differs from eager's on NaN (ReLU, clamps, hardsigmoid: NaN -> 0).
 """
 
 from __future__ import annotations
@@ -151,23 +151,26 @@ class KeepNonFinite(CustomGraphPass):
         return get_hash_for_files((__file__,))
 
 
-# output positions (batch x height x width) up to which a packed convolution wins: oneDNN's per-call reorder of
-# unpacked weights costs as much as a sizeable part of the product there; past it the activation's own pass (no
+# output positions (batch x height x width) up to which packing a dense convolution wins: oneDNN's per-call reorder
+# of unpacked weights costs as much as a sizeable part of the product there; past it the activation's own pass (no
 # longer fused, KeepNonFinite) costs more than packing saves (ResNet-18: batch 1 -12 %, batch 8 all packed +10 %)
 PACK_MAX_POSITIONS = 256
 
 
-def _small_dense_conv(match: Any) -> bool:
+def _packed_conv(match: Any) -> bool:
+    """Depthwise convolutions (MobileNetV3-Small -7 % / -11 % at batch 1, -2 % at batch 8) and dense ones with few
+    output positions; static shapes only (a dynamic size: inductor would pack at every call)."""
     conv = match.output_node()
     _x, w, _b, _stride, _padding, _dilation, transposed, _output_padding, groups = conv.args
     shape, out = w.meta["val"].shape, conv.meta["val"].shape
-    static = all(isinstance(d, int) for d in out)  # a dynamic size: inductor would pack at every call
-    return (static and not transposed and groups == 1 and len(shape) == 4 and any(k > 1 for k in shape[2:])
-            and out[0] * out[2] * out[3] <= PACK_MAX_POSITIONS)
+    if transposed or len(shape) != 4 or all(k == 1 for k in shape[2:]) or not all(isinstance(d, int) for d in out):
+        return False
+    depthwise = groups > 1 and shape[1] == 1
+    return depthwise or (groups == 1 and out[0] * out[2] * out[3] <= PACK_MAX_POSITIONS)
 
 
 # inductor's checks of what its freezing pass packs -> ours on top, while `weight_packing` is on
-_PACK_RULES = {"_is_packable_convolution": _small_dense_conv,
+_PACK_RULES = {"_is_packable_convolution": _packed_conv,
                "_is_packable_linear": lambda match: False,
                "_is_packable_mkldnn_rnn_layer": lambda match: False}
 _packing_on = False
@@ -205,13 +208,13 @@ def _restrict_packing() -> bool:
 
 
 def packs_weights(variant: Any) -> bool:
-    """Whether `variant`'s CPU compile (None: none) packs the small dense convolutions' weights (the module's
-    docstring)."""
+    """Whether `variant`'s CPU compile (None: none) packs convolution weights (the module's docstring)."""
     from . import cpu
 
     avx512 = {"avx512f", "avx512bw", "avx512dq", "avx512vl"}
     return (variant is not None and variant.arch == "x86_64" == cpu.host_arch()
-            and variant.name in (cpu.NATIVE, "avx512") and avx512 <= cpu.host_features() and torch.backends.mkldnn.is_available()
+            and variant.name in (cpu.NATIVE, "avx512") and avx512 <= cpu.host_features()
+            and torch.backends.mkldnn.is_available()
             and not any(os.environ.get(k) for k in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")))
 
 

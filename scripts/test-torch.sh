@@ -71,10 +71,12 @@ step() {  # step NAME COMMAND...
 step "ctest (the ops library's and the runtime's C++ tests; packages exported by torch $version)" \
   env "${cuda_env[@]}" PYTHONPATH="$ROOT:$ROOT/ops/python" ctest --test-dir "$build" --output-on-failure --no-tests=error -j "$(nproc)"
 ops=$build/lib/libidentity_conv_ops.so
-step "pytest under torch $version (ops/tests, test_compat.py)" \
+step "pytest under torch $version (ops/tests, test_compat.py, the export's packed weights and NaN)" \
   env -C "$ROOT" IDENTITY_CONV_OPS_LIBRARY="$ops" PYTHONPATH="$ROOT:$ROOT/ops/python" \
   PT2RT_TEST_PACKAGES_DIR="$build/test-packages" \
-  "$vpython" -m pytest -q -p no:cacheprovider -n "$(nproc)" ops/tests tests/python/test_compat.py
+  "$vpython" -m pytest -q -p no:cacheprovider -n "$(nproc)" ops/tests tests/python/test_compat.py \
+  tests/python/test_export.py::test_optimize_folds_the_weights_by_default_keeping_nan_as_eager \
+  tests/python/test_export.py::test_weights_are_packed_only_in_variants_for_the_build_machines_cpu_class
 
 # Across versions: the same net exported by each torch (the C++ tests' packages), run by the other's pt2run.
 here_minor=$(minor_of "$version")

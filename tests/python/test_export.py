@@ -429,13 +429,15 @@ def test_products_are_rewritten_where_atens_form_is_slow():
 
 class _Activations(torch.nn.Module):
     """Dense 3x3 convolutions (packed where export_tools packs) followed by each activation inductor would fuse
-    into oneDNN's call, a residual add, then a depthwise and a 1x1 convolution (never packed)."""
+    into oneDNN's call, a residual add, a depthwise convolution (packed too), then a grouped and a 1x1 convolution
+    (never packed)."""
 
     def __init__(self):
         super().__init__()
         self.convs = torch.nn.ModuleList(torch.nn.Conv2d(4, 4, 3, padding=1) for _ in range(5))
         self.bn = torch.nn.BatchNorm2d(4)
         self.depthwise = torch.nn.Conv2d(4, 4, 3, padding=1, groups=4)
+        self.grouped = torch.nn.Conv2d(4, 4, 3, padding=1, groups=2)
         self.pointwise = torch.nn.Sequential(torch.nn.Conv2d(4, 4, 1), torch.nn.BatchNorm2d(4), torch.nn.ReLU())
 
     def forward(self, x):
@@ -444,7 +446,7 @@ class _Activations(torch.nn.Module):
         c = torch.nn.functional.hardsigmoid(self.convs[2](b))
         d = torch.relu(self.convs[3](c) + a)
         e = torch.nn.functional.hardtanh(self.convs[4](d), -0.5, 0.5)
-        return torch.cat([a, b, c, d, e, self.pointwise(self.depthwise(e))], 1)
+        return torch.cat([a, b, c, d, e, self.pointwise(self.grouped(torch.relu(self.depthwise(e))))], 1)
 
 
 def test_weights_are_packed_only_in_variants_for_the_build_machines_cpu_class(monkeypatch):
@@ -497,8 +499,8 @@ def test_optimize_folds_the_weights_by_default_keeping_nan_as_eager(tmp_path):
             got, expected = load_package(path)(odd), model(odd)
         assert torch.equal(got.isnan(), expected.isnan()) and expected.isnan().sum() > 1000
         assert torch.allclose(got, expected, atol=1e-5, equal_nan=True)
-    # fold: the weights compiled in as constants (the batch norms folded); the five 3x3 convolutions packed for
-    # oneDNN on an AVX-512 machine (one of them with the residual add), the depthwise one ATen's convolution
+    # fold: the weights compiled in as constants (the batch norms folded); the five 3x3 and the depthwise
+    # convolutions packed for oneDNN on an AVX-512 machine (one with the residual add), the grouped one ATen's
     native = cpu.Variant(name="native", arch=cpu.host_arch(), vec_isa="", flags=(), cpu_features=())
     assert b"_frozen_param" in libraries["fold"] and b"aoti_torch_cpu_convolution" in libraries["fold"]
     assert (b"mkldnn__convolution_pointwise" in libraries["fold"]) == passes.packs_weights(native)
