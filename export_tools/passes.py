@@ -28,6 +28,7 @@ out of them where oneDNN's form differs from eager's on NaN (ReLU, clamps, hards
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 from collections.abc import Iterator
@@ -176,33 +177,29 @@ _PACK_RULES = {"_is_packable_convolution": _packed_conv,
 _packing_on = False
 
 
+@functools.cache
 def _restrict_packing() -> bool:
-    """Our rules wrapped around inductor's registered checks (once per process); False where this torch's inductor
-    lacks them (then nothing is packed)."""
+    """Our rules wrapped around inductor's checks, once per process (inductor registers its packing patterns once);
+    False where this torch's inductor lacks them (then nothing is packed)."""
+    from torch._inductor import config
     from torch._inductor.fx_passes import freezing_patterns, mkldnn_fusion
 
-    mkldnn_fusion._mkldnn_weight_pack_init()  # registers the packing patterns once (functools.cache)
+    mkldnn_fusion._mkldnn_weight_pack_init()  # registers the packing patterns (functools.cache)
     found = set()
     for patterns in freezing_patterns.pass_patterns:
         for entries in patterns.patterns.values():
             for entry in entries:
-                check = entry.extra_check
-                name = getattr(check, "pt2rt_rule", None) or getattr(check, "__name__", "")
+                name = getattr(entry.extra_check, "__name__", "")
                 if name not in _PACK_RULES:
                     continue
                 found.add(name)
-                if getattr(check, "pt2rt_rule", None):
-                    continue
 
-                def restricted(match, _inductors=check, _ours=_PACK_RULES[name]):
-                    from torch._inductor import config
-
+                def restricted(match, _inductors=entry.extra_check, _ours=_PACK_RULES[name]):
                     # inductor applies its packing patterns, once registered, to every later freezing compile of
                     # the process, whatever its cpp.weight_prepack: gate them on it
                     return (config.cpp.weight_prepack and _inductors(match)
                             and (not _packing_on or _ours(match)))
 
-                restricted.pt2rt_rule = name  # type: ignore[attr-defined]
                 entry.extra_check = restricted
     return found == set(_PACK_RULES)
 
