@@ -42,9 +42,12 @@ each_gtest() {
     return 1
   fi
   log "$(basename "$binary") on $host: $(wc -l <"$logs/list") tests, each under scripts/emulate-x86.sh $host"
-  EMULATE=$EMULATE HOST=$host BINARY=$binary LOGS=$logs xargs -P "$(nproc)" -I{} bash -c \
-    'log=$LOGS/$(echo "$1" | tr / _).log; "$EMULATE" "$HOST" "$BINARY" --gtest_filter="$1" >"$log" 2>&1 \
-       || { echo "FAILED on $HOST: $1"; cat "$log"; echo "$1" >>"$LOGS/failed"; }' _ {} <"$logs/list"
+  export -f show_failure
+  EMULATED_TIMEOUT=$EMULATED_TIMEOUT EMULATE=$EMULATE HOST=$host BINARY=$binary LOGS=$logs xargs -P "$(nproc)" -I{} \
+    bash -c 'log=$LOGS/$(echo "$1" | tr / _).log; rc=0
+       timeout -k 10 "$EMULATED_TIMEOUT" "$EMULATE" "$HOST" "$BINARY" --gtest_filter="$1" >"$log" 2>&1 || rc=$?
+       [ "$rc" -eq 0 ] || { echo "FAILED on $HOST: $1 (exit $rc)"; show_failure "$log" "$rc"; echo "$1" >>"$LOGS/failed"; }
+     ' _ {} <"$logs/list"
   local failed=0
   [ -f "$logs/failed" ] && failed=$(wc -l <"$logs/failed")
   echo "$(basename "$binary") on $host: $failed failed"
@@ -63,27 +66,43 @@ if ! IDENTITY_CONV_OPS_LIBRARY=$OPS PYTHONPATH=$ROOT "$PYTHON" "$ROOT/tests/cpp/
     "${export_args[@]}" || status=1
 fi
 
+# Each emulated test process gets this long (seconds; the slowest shard takes ~3 minutes): one that hangs fails,
+# naming the test it was in, instead of holding make test until CI's limit.
+EMULATED_TIMEOUT=${EMULATED_TIMEOUT:-1200}
+
+# The log of a failed emulated gtest process whose exit status was $2: its failures, and on a timeout the test it
+# was running.
+show_failure() {
+  local log=$1 rc=$2
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+    echo "  timed out after ${EMULATED_TIMEOUT}s in: $(grep -o '^\[ RUN      \] .*' "$log" | tail -1 | cut -c14-)"
+  fi
+  grep -v -e '^\[ RUN      \]' -e '^\[       OK \]' "$log" | tail -200
+}
+
 # Runs the gtests of binary $2 that filter $3 selects under host class $1 in $(nproc) processes at once, each a gtest
 # shard (for tests that share no state). Prints the log of a shard that fails.
 sharded() {
-  local host=$1 binary=$2 filter=$3 logs n failed=0
+  local host=$1 binary=$2 filter=$3 logs n failed=0 rc
   logs=$(mktemp -d /tmp/pt2rt-x86-hosts.XXXXXX)
   n=$(nproc)
   log "$(basename "$binary") on $host, $n shards"
   local pids=()
   for ((i = 0; i < n; i++)); do
-    GTEST_TOTAL_SHARDS=$n GTEST_SHARD_INDEX=$i "$EMULATE" "$host" "$binary" --gtest_brief=1 \
+    GTEST_TOTAL_SHARDS=$n GTEST_SHARD_INDEX=$i timeout -k 10 "$EMULATED_TIMEOUT" "$EMULATE" "$host" "$binary" \
       --gtest_filter="$filter" >"$logs/$i.log" 2>&1 &
     pids+=($!)
   done
   for ((i = 0; i < n; i++)); do
-    if ! wait "${pids[$i]}"; then
-      echo "FAILED on $host: $(basename "$binary"), shard $i of $n"
-      cat "$logs/$i.log"
+    rc=0
+    wait "${pids[$i]}" || rc=$?
+    if [ "$rc" -ne 0 ]; then
+      echo "FAILED on $host: $(basename "$binary"), shard $i of $n (exit $rc)"
+      show_failure "$logs/$i.log" "$rc"
       failed=1
     fi
   done
-  grep -h "PASSED" "$logs"/*.log | sed "s/^/$host, /"
+  grep -h "^\[  PASSED  \]" "$logs"/*.log | sed "s/^/$host, /"
   rm -rf "$logs"
   return $failed
 }

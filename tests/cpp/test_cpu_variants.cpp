@@ -15,6 +15,7 @@
 #include <string>
 
 #include "test_env.h"
+#include "test_shell.h"
 
 namespace {
 
@@ -53,13 +54,7 @@ nlohmann::json python_view() {
 }
 
 // stdout of a command; empty when it fails.
-std::string output_of(const std::string& command) {
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
-  std::string out;
-  char buf[4096];
-  for (size_t n; pipe && (n = fread(buf, 1, sizeof buf, pipe.get())) > 0;) out.append(buf, n);
-  return out;
-}
+std::string output_of(const std::string& command) { return test_shell::output(command); }
 
 TEST(HostCpu, FeaturesAreKnownAndIncludeTheBaselineEveryTestHostHas) {
   EXPECT_STREQ(pt2rt::host_arch(), "x86_64");

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "test_env.h"
+#include "test_shell.h"
 
 namespace fs = std::filesystem;
 
@@ -415,10 +416,7 @@ TEST(Loading, ASecondCopyOfAnOpsLibraryIsNotLoaded) {
   EXPECT_TRUE(second.verify().passed());
 }
 
-int shell(const std::string& command) {
-  const int status = std::system(command.c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+int shell(const std::string& command) { return test_shell::exit_code(command); }
 
 TEST(Loading, ANamespaceRegisteredWithoutWhatThePackageNeedsIsRefusedNotLoadedTwice) {
   // my_ops is registered (the library is loaded) but lacks my_ops::not_there: loading a second file that registers

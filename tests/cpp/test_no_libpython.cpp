@@ -8,17 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "test_shell.h"
+
 namespace {
 
-std::string run(const std::string& command) {
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
-  if (!pipe) return "";
-  std::string out;
-  std::array<char, 4096> buf{};
-  size_t n = 0;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe.get())) > 0) out.append(buf.data(), n);
-  return out;
-}
+std::string run(const std::string& command) { return test_shell::output(command); }
 
 std::vector<std::string> shipped() {
   std::vector<std::string> files;

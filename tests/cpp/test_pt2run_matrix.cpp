@@ -20,6 +20,7 @@
 #include <string>
 
 #include "test_env.h"
+#include "test_shell.h"
 
 namespace fs = std::filesystem;
 
@@ -57,7 +58,7 @@ Result run_pt2run(std::string args, const fs::path& tmpdir, const std::string& o
     if (const char* value = std::getenv(name)) env += std::string(" ") + name + "='" + value + "'";
   }
   const std::string cmd = env + " " + pt2run_command() + " " + args + " >/dev/null 2>" + err.string();
-  const int status = std::system(cmd.c_str());
+  const int status = test_shell::run(cmd);
   Result r;
   r.signaled = WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) > 128);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;

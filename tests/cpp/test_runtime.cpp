@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "test_env.h"
+#include "test_shell.h"
 
 namespace fs = std::filesystem;
 
@@ -70,10 +71,7 @@ std::pair<pt2rt::ErrorCode, std::string> error_of(F&& f) {
     EXPECT_EQ(message_.find('\n'), std::string::npos) << "not one line: " << message_;  \
   } while (0)
 
-int shell(const std::string& command) {
-  const int status = std::system(command.c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+int shell(const std::string& command) { return test_shell::exit_code(command); }
 
 TEST(Runtime, GoldenCasesPassForEveryPackage) {
   for (const auto& package : {kNet, kOp, kPackages + "/net_fp16.pt2", kPackages + "/net_bf16.pt2"}) {
