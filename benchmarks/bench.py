@@ -223,7 +223,8 @@ def print_table(report: dict) -> None:
     for r in report.get("runtime_overhead", []):
         print(f"\nRuntime::run vs raw loader, batch {r['batch']}: {r['runtime_ns'] / 1e3:.1f} us vs "
               f"{r['raw_ns'] / 1e3:.1f} us ({r['overhead'] * 100:+.2f} %); run_into {r['run_into_ns'] / 1e3:.1f} us "
-              f"({r['run_into_vs_run']:.3f}x run)")
+              f"({r['run_into_vs_run']:.3f}x run), reusing run memory {r['run_into_reusing_ns'] / 1e3:.1f} us "
+              f"({r['reusing_vs_run_into']:.3f}x)")
     for name, lat in report.get("latency", {}).items():
         print(f"\nper-call p50, {name} input {lat['input']}: pt2run {lat['pt2run_ms']:.3f} ms, Python AOTI "
               f"{lat['aoti_python_ms']:.3f} ms, eager {lat['eager_ms']:.3f} ms, torch.compile {lat['compile_ms']:.3f} ms")
@@ -327,10 +328,12 @@ def main() -> int:
             raw = next(v for k, v in t.items() if k.startswith("RawLoaderRun/"))
             ours = next(v for k, v in t.items() if k.startswith("RuntimeRun/"))
             into = next(v for k, v in t.items() if k.startswith("RuntimeRunInto/"))
+            reusing = next(v for k, v in t.items() if k.startswith("RuntimeRunIntoReusing/"))
             b = next(k for k in t if k.startswith("RuntimeRun/")).split("batch")[1]
             report["runtime_overhead"].append({"batch": int(b), "runtime_ns": ours, "raw_ns": raw,
                                                "overhead": ours / raw - 1, "run_into_ns": into,
-                                               "run_into_vs_run": into / ours})
+                                               "run_into_vs_run": into / ours, "run_into_reusing_ns": reusing,
+                                               "reusing_vs_run_into": reusing / into})
 
         with tempfile.TemporaryDirectory() as tmp:
             from my_ops import models

@@ -1,6 +1,7 @@
 // pt2rt::Runtime::run vs torch's AOTIModelPackageLoader::run on the same package, input and thread
 // (Google Benchmark). The difference is what pt2rt adds: input validation, wrapping, error translation. And
-// Runtime::run_into, writing into buffers allocated once, against run.
+// Runtime::run_into, writing into buffers allocated once, against run; and run_into reusing run memory
+// (Options::reuse_run_memory: no allocation per run once warm).
 //   pt2rt_bench_runtime --package model.pt2 --ops libidentity_conv_ops.so [--batch N] [benchmark flags]
 #include <pt2rt/pt2rt.h>
 
@@ -20,6 +21,7 @@ namespace {
 
 struct Setup {
   std::unique_ptr<pt2rt::Runtime> runtime;
+  std::unique_ptr<pt2rt::Runtime> reusing;  // reuse_run_memory on
   std::unique_ptr<torch::inductor::AOTIModelPackageLoader> raw;
   std::vector<at::Tensor> inputs;  // shared by both
   std::vector<at::Tensor> outputs;  // run_into's buffers, shaped by a first run
@@ -39,7 +41,7 @@ void runtime_run(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(g.runtime->run(views));
 }
 
-void runtime_run_into(benchmark::State& state) {
+void run_into(benchmark::State& state, const pt2rt::Runtime& runtime) {
   std::vector<pt2rt::TensorView> views;
   for (const auto& t : g.inputs) views.push_back(pt2rt::TensorView{t.const_data_ptr(), t.sizes().vec(), pt2rt::DType::Float32});
   std::vector<pt2rt::OutputView> outs;
@@ -47,10 +49,13 @@ void runtime_run_into(benchmark::State& state) {
     outs.push_back(pt2rt::OutputView{t.data_ptr(), t.sizes().vec(), pt2rt::DType::Float32});
   }
   for (auto _ : state) {
-    g.runtime->run_into(views, outs);
+    runtime.run_into(views, outs);
     benchmark::ClobberMemory();
   }
 }
+
+void runtime_run_into(benchmark::State& state) { run_into(state, *g.runtime); }
+void runtime_run_into_reusing(benchmark::State& state) { run_into(state, *g.reusing); }
 
 void raw_run(benchmark::State& state) {
   c10::InferenceMode inference;  // the raw loader used well (pt2rt::Runtime::run does the same)
@@ -83,6 +88,8 @@ int main(int argc, char** argv) {
     pt2rt::Options options;
     options.ops_libraries = {ops};
     g.runtime = std::make_unique<pt2rt::Runtime>(pt2rt::Runtime::load(package, options));
+    options.reuse_run_memory = true;
+    g.reusing = std::make_unique<pt2rt::Runtime>(pt2rt::Runtime::load(package, options));
     for (const auto& t : g.runtime->example_inputs()) {
       if (t.dtype() != pt2rt::DType::Float32) {
         std::fprintf(stderr, "error: this benchmark feeds float32 inputs; the package wants %s\n",
@@ -127,6 +134,7 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark(("RawLoaderRun/batch" + shape).c_str(), raw_run)->UseRealTime();
     benchmark::RegisterBenchmark(("RuntimeRun/batch" + shape).c_str(), runtime_run)->UseRealTime();
     benchmark::RegisterBenchmark(("RuntimeRunInto/batch" + shape).c_str(), runtime_run_into)->UseRealTime();
+    benchmark::RegisterBenchmark(("RuntimeRunIntoReusing/batch" + shape).c_str(), runtime_run_into_reusing)->UseRealTime();
   }
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -150,6 +150,7 @@ int cmd_host(bool json) {
 }
 
 bool g_ops_from_package_dir = false;  // --ops-from-package-dir
+bool g_reuse_run_memory = false;      // bench --reuse-run-memory
 
 pt2rt::Options options_for(const std::vector<std::string>& ops, int runners) {
   pt2rt::Options o;
@@ -157,6 +158,7 @@ pt2rt::Options options_for(const std::vector<std::string>& ops, int runners) {
   o.ops_from_package_dir = g_ops_from_package_dir;
   o.ops_libraries = ops;
   o.num_runners = runners;
+  o.reuse_run_memory = g_reuse_run_memory;
   return o;
 }
 
@@ -457,6 +459,8 @@ int main(int argc, char** argv) {
   bench->add_option("--intra-op-threads", intra_op_threads,
                     "torch threads per run (default: all usable cores for one caller, cores / --threads for several)")
       ->check(CLI::Range(1, 1024));
+  bench->add_flag("--reuse-run-memory", g_reuse_run_memory,
+                  "runs reuse the memory earlier runs freed (Options::reuse_run_memory): no allocation per run");
   bench->add_flag("--json", json, "print {\"latency_ms\": {...}, \"throughput_per_s\": ...}");
   for (auto* sub : {run, verify, bench}) {
     sub->add_flag("--ops-from-package-dir", g_ops_from_package_dir,

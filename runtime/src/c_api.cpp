@@ -281,6 +281,10 @@ pt2rt_status pt2rt_options_set_keep_package_open(pt2rt_options* options, int ena
   return set_flag("pt2rt_options_set_keep_package_open", options, &pt2rt::Options::keep_package_open, enabled);
 }
 
+pt2rt_status pt2rt_options_set_reuse_run_memory(pt2rt_options* options, int enabled) {
+  return set_flag("pt2rt_options_set_reuse_run_memory", options, &pt2rt::Options::reuse_run_memory, enabled);
+}
+
 pt2rt_status pt2rt_options_set_device_index(pt2rt_options* options, int device_index) {
   return set_option("pt2rt_options_set_device_index", options, [&](pt2rt::Options& o) {
     if (device_index < -1 || device_index > 127)

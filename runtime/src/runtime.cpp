@@ -1,6 +1,7 @@
 // pt2rt::Runtime: load a package safely, validate inputs, run, verify.
 #include "internal.h"
 #include "parsers.h"
+#include "run_memory.h"
 
 #include <torch/csrc/inductor/aoti_runner/model_container_runner.h>
 #include <torch/cuda.h>
@@ -38,6 +39,7 @@ struct Runtime::Impl {
   int device_index = -1;  // CUDA packages: Options::device_index
   std::shared_ptr<detail::Extraction> extracted;  // the variant's files; AOTInductor loads from there
   std::unique_ptr<torch::inductor::AOTIModelContainerRunner> runner;
+  std::unique_ptr<detail::RunMemory> run_memory;  // Options::reuse_run_memory; null when off
   // The first run that succeeds runs alone: a model container's first runs set up its constants, and torch 2.11's
   // first two concurrent runs deadlocked there (one held the only model while it waited to set them up, the other
   // held the lock while it waited for a model: Pt2run.BenchWarmsUpOnTheThreadsItMeasures hung in half its runs).
@@ -222,6 +224,9 @@ void load_opened(Runtime::Impl& impl, const Options& options) {
   } catch (const std::exception& e) {
     throw Error(ErrorCode::Package, "AOTInductor cannot load " + package_path + ": " + detail::short_what(e));
   }
+  if (options.reuse_run_memory && detail::install_run_allocator()) {
+    impl.run_memory = std::make_unique<detail::RunMemory>();
+  }
 }
 
 }  // namespace
@@ -332,6 +337,7 @@ size_t bytes_of(const std::vector<int64_t>& shape, DType dtype) {
 }  // namespace
 
 std::vector<Tensor> Runtime::run(const std::vector<TensorView>& inputs) const {
+  const detail::RunMemory::Scope reuse(impl_->run_memory.get());
   std::vector<at::Tensor> args;
   std::vector<at::Tensor> outs = run_model(*impl_, inputs, args);
   std::vector<Tensor> result;
@@ -388,6 +394,7 @@ void Runtime::run_into(const std::vector<TensorView>& inputs, const std::vector<
       }
     }
   }
+  const detail::RunMemory::Scope reuse(impl_->run_memory.get());  // ends after the model's outputs are freed
   std::vector<at::Tensor> args;
   const std::vector<at::Tensor> outs = run_model(*impl_, inputs, args, /*validated=*/true);
   if (outs.size() != outputs.size()) {

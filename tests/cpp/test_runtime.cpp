@@ -3,6 +3,7 @@
 #include <pt2rt/pt2rt.h>
 
 #include <ATen/ATen.h>
+#include <c10/core/CPUAllocator.h>
 #include <gtest/gtest.h>
 
 #include <dlfcn.h>
@@ -13,6 +14,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -216,6 +218,80 @@ TEST(Runtime, RunIntoWritesWhatRunReturnsIntoTheCallersBuffers) {
   EXPECT_EQ(error_of([&] { rt.run_into({pt2rt::TensorView{small.data(), {1, 4}, pt2rt::DType::Float32}}, views({3, 12})); })
                 .first,
             pt2rt::ErrorCode::Input);
+}
+
+// Counts what torch's default CPU allocator hands out, in front of it.
+class CountingAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t n) override {
+    if (n > 0) count.fetch_add(1);  // torch's gives no memory for 0 bytes
+    return next_->allocate(n);
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return next_->raw_deleter(); }
+  void copy_data(void* dest, const void* src, std::size_t n) const override { std::memcpy(dest, src, n); }
+  std::atomic<int64_t> count{0};
+
+ private:
+  c10::Allocator* next_ = c10::GetDefaultCPUAllocator();
+};
+
+// Options::reuse_run_memory: once warm, a model of fixed shapes allocates nothing per run_into (its intermediates
+// and outputs come from the blocks earlier runs freed); off, every run allocates. The answers are the same, at
+// any batch size in any order, from several threads at once.
+TEST(Runtime, ReusedRunMemoryMakesRunIntoAllocateNothingOnceWarm) {
+  static CountingAllocator counting;  // torch may keep it past the test
+  c10::SetCPUAllocator(&counting, 0);
+  const int threads = pt2rt::num_threads();
+  pt2rt::set_num_threads(1);  // allocations of other threads of the pool would be counted too
+  pt2rt::Options reuse = with_ops(2), fresh = with_ops();
+  reuse.reuse_run_memory = true;
+  fresh.reuse_run_memory = false;
+  const pt2rt::Runtime rt = pt2rt::Runtime::load(kNet, reuse);
+  const pt2rt::Runtime plain = pt2rt::Runtime::load(kNet, fresh);
+  const auto input = [](int64_t batch) { return at::randn({batch, 3, 32, 32}); };
+  const auto into = [](const pt2rt::Runtime& r, const at::Tensor& x, at::Tensor& out) {
+    r.run_into({view_of(x)}, {pt2rt::OutputView{out.data_ptr(), out.sizes().vec(), pt2rt::DType::Float32}});
+  };
+  const at::Tensor x = input(4);
+  const at::Tensor expected = run1(plain, x);
+  at::Tensor out = at::empty_like(expected);
+  for (int i = 0; i < 3; ++i) into(rt, x, out);  // warm
+  const int64_t before = counting.count.load();
+  for (int i = 0; i < 20; ++i) into(rt, x, out);
+  EXPECT_EQ(counting.count.load() - before, 0) << "allocations in 20 warm runs reusing memory";
+  EXPECT_TRUE(at::equal(out, expected));
+  const int64_t before_plain = counting.count.load();
+  for (int i = 0; i < 20; ++i) into(plain, x, out);
+  EXPECT_GE(counting.count.load() - before_plain, 20) << "allocations in 20 runs allocating anew";
+  // sizes that change run to run: the same answers; then warm again at one size
+  for (int64_t batch : {1, 8, 2, 8, 1, 32, 3}) {
+    const at::Tensor xb = input(batch);
+    at::Tensor ob = at::empty({batch, expected.size(1), expected.size(2), expected.size(3)});
+    into(rt, xb, ob);
+    EXPECT_TRUE(at::equal(ob, run1(plain, xb))) << "batch " << batch;
+    EXPECT_TRUE(at::equal(run1(rt, xb), ob)) << "run(), batch " << batch;
+  }
+  for (int i = 0; i < 3; ++i) into(rt, x, out);
+  const int64_t again = counting.count.load();
+  for (int i = 0; i < 10; ++i) into(rt, x, out);
+  EXPECT_EQ(counting.count.load() - again, 0) << "allocations after the batch size settled";
+  // several threads at once, each with its own buffers
+  std::vector<std::thread> workers;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 4; ++t) {
+    workers.emplace_back([&, t] {
+      const at::Tensor xt = input(1 + t);
+      const at::Tensor et = run1(plain, xt);
+      at::Tensor ot = at::empty_like(et);
+      for (int i = 0; i < 25; ++i) {
+        into(rt, xt, ot);
+        if (!at::equal(ot, et)) ++wrong;
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  EXPECT_EQ(wrong.load(), 0);
+  pt2rt::set_num_threads(threads);
 }
 
 TEST(Runtime, SpecDescribesThePackage) {

@@ -31,7 +31,8 @@
  * parameters. So a program built against version N runs against a library of any version >= N; it checks at run
  * time that the library it loaded speaks its version:
  *   if (pt2rt_check_c_api_version(PT2RT_C_API_VERSION) != PT2RT_OK) { ... pt2rt_last_error() ... }
- * Version 2 added pt2rt_options, pt2rt_load_with_options, pt2rt_load_from_memory and pt2rt_run_into.
+ * Version 2 added pt2rt_options, pt2rt_load_with_options, pt2rt_load_from_memory and pt2rt_run_into; version 3
+ * pt2rt_options_set_reuse_run_memory.
  */
 #ifndef PT2RT_PT2RT_C_H
 #define PT2RT_PT2RT_C_H
@@ -43,7 +44,7 @@
 extern "C" {
 #endif
 
-#define PT2RT_C_API_VERSION 2
+#define PT2RT_C_API_VERSION 3
 
 #if defined(_WIN32)
 #define PT2RT_C_EXPORT __declspec(dllimport)
@@ -125,6 +126,9 @@ PT2RT_C_EXPORT pt2rt_status pt2rt_options_set_check_torch_version(pt2rt_options*
 PT2RT_C_EXPORT pt2rt_status pt2rt_options_set_check_sha256(pt2rt_options* options, int enabled);
 /* Keep the package file open (from memory: its golden cases) for the runtime's life (default 1). */
 PT2RT_C_EXPORT pt2rt_status pt2rt_options_set_keep_package_open(pt2rt_options* options, int enabled);
+/* (Version 3) Runs reuse the CPU memory earlier runs freed: once warm, pt2rt_run_into of a model whose shapes do
+   not change allocates nothing (default 0: off; pt2rt::Options::reuse_run_memory says what it costs). */
+PT2RT_C_EXPORT pt2rt_status pt2rt_options_set_reuse_run_memory(pt2rt_options* options, int enabled);
 /* CUDA packages: the device to run on (-1, the default: the current device). */
 PT2RT_C_EXPORT pt2rt_status pt2rt_options_set_device_index(pt2rt_options* options, int device_index);
 /* Bounds on what a package may make a load read: one record, the spec record, all files extracted (bytes, > 0). */
