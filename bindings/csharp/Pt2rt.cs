@@ -30,7 +30,7 @@ namespace Pt2rt
     internal static class Native
     {
         const string Lib = "pt2rt";
-        public const uint CApiVersion = 2;  // PT2RT_C_API_VERSION this file was written for
+        public const uint CApiVersion = 3;  // PT2RT_C_API_VERSION this file was written for
 
         [StructLayout(LayoutKind.Sequential)]
         public struct TensorView { public IntPtr Data; public IntPtr Shape; public UIntPtr NDim; public int DType; }
@@ -46,6 +46,7 @@ namespace Pt2rt
         [DllImport(Lib)] public static extern int pt2rt_options_set_check_torch_version(OptionsHandle options, int enabled);
         [DllImport(Lib)] public static extern int pt2rt_options_set_check_sha256(OptionsHandle options, int enabled);
         [DllImport(Lib)] public static extern int pt2rt_options_set_keep_package_open(OptionsHandle options, int enabled);
+        [DllImport(Lib)] public static extern int pt2rt_options_set_reuse_run_memory(OptionsHandle options, int enabled);
         [DllImport(Lib)] public static extern int pt2rt_options_set_device_index(OptionsHandle options, int deviceIndex);
         [DllImport(Lib)] public static extern int pt2rt_options_set_max_record_bytes(OptionsHandle options, ulong bytes);
         [DllImport(Lib)] public static extern int pt2rt_options_set_max_metadata_bytes(OptionsHandle options, ulong bytes);
@@ -123,6 +124,8 @@ namespace Pt2rt
         public bool CheckSha256 = true;
         /// <summary>Keep the package file (from memory: its golden cases) for the runtime's life.</summary>
         public bool KeepPackageOpen = true;
+        /// <summary>Runs reuse the memory earlier runs freed: RunInto of fixed shapes allocates nothing once warm.</summary>
+        public bool ReuseRunMemory = false;
         /// <summary>CUDA packages: the device; -1: the current one.</summary>
         public int DeviceIndex = -1;
         /// <summary>Bounds on what a package may make a load read (0: the library's).</summary>
@@ -142,6 +145,7 @@ namespace Pt2rt
                 Native.Check(Native.pt2rt_options_set_check_torch_version(h, CheckTorchVersion ? 1 : 0));
                 Native.Check(Native.pt2rt_options_set_check_sha256(h, CheckSha256 ? 1 : 0));
                 Native.Check(Native.pt2rt_options_set_keep_package_open(h, KeepPackageOpen ? 1 : 0));
+                Native.Check(Native.pt2rt_options_set_reuse_run_memory(h, ReuseRunMemory ? 1 : 0));
                 Native.Check(Native.pt2rt_options_set_device_index(h, DeviceIndex));
                 if (MaxRecordBytes != 0) Native.Check(Native.pt2rt_options_set_max_record_bytes(h, MaxRecordBytes));
                 if (MaxMetadataBytes != 0) Native.Check(Native.pt2rt_options_set_max_metadata_bytes(h, MaxMetadataBytes));

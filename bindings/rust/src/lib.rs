@@ -50,7 +50,7 @@ mod ffi {
         pub dtype: c_int,
     }
 
-    pub const C_API_VERSION: u32 = 2;
+    pub const C_API_VERSION: u32 = 3;
 
     extern "C" {
         pub fn pt2rt_last_error() -> *const c_char;
@@ -74,6 +74,7 @@ mod ffi {
         pub fn pt2rt_options_set_check_torch_version(options: *mut Options, enabled: c_int) -> c_int;
         pub fn pt2rt_options_set_check_sha256(options: *mut Options, enabled: c_int) -> c_int;
         pub fn pt2rt_options_set_keep_package_open(options: *mut Options, enabled: c_int) -> c_int;
+        pub fn pt2rt_options_set_reuse_run_memory(options: *mut Options, enabled: c_int) -> c_int;
         pub fn pt2rt_options_set_device_index(options: *mut Options, device_index: c_int) -> c_int;
         pub fn pt2rt_options_set_max_record_bytes(options: *mut Options, bytes: u64) -> c_int;
         pub fn pt2rt_options_set_max_metadata_bytes(options: *mut Options, bytes: u64) -> c_int;
@@ -275,6 +276,8 @@ pub struct Options {
     pub check_sha256: bool,
     /// Keep the package file (from memory: its golden cases) for the runtime's life.
     pub keep_package_open: bool,
+    /// Runs reuse the memory earlier runs freed: `run_into` of fixed shapes allocates nothing once warm.
+    pub reuse_run_memory: bool,
     /// CUDA packages: the device; -1: the current one.
     pub device_index: i32,
     /// Bounds on what a package may make a load read (`None`: the library's).
@@ -293,6 +296,7 @@ impl Default for Options {
             check_torch_version: true,
             check_sha256: true,
             keep_package_open: true,
+            reuse_run_memory: false,
             device_index: -1,
             max_record_bytes: None,
             max_metadata_bytes: None,
@@ -335,6 +339,7 @@ impl Options {
             check(ffi::pt2rt_options_set_check_torch_version(o.0, self.check_torch_version as c_int))?;
             check(ffi::pt2rt_options_set_check_sha256(o.0, self.check_sha256 as c_int))?;
             check(ffi::pt2rt_options_set_keep_package_open(o.0, self.keep_package_open as c_int))?;
+            check(ffi::pt2rt_options_set_reuse_run_memory(o.0, self.reuse_run_memory as c_int))?;
             check(ffi::pt2rt_options_set_device_index(o.0, self.device_index))?;
             if let Some(b) = self.max_record_bytes {
                 check(ffi::pt2rt_options_set_max_record_bytes(o.0, b))?;

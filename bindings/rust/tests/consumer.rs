@@ -73,6 +73,7 @@ fn options_memory_and_run_into() {
         cpu_isa: Some("default".into()),
         num_runners: 2,
         ops_libraries: vec![ops()],
+        reuse_run_memory: true,
         ..Default::default()
     };
     let rt = pt2rt::Runtime::load_from_memory(&bytes, &options).unwrap();
