@@ -222,6 +222,16 @@ def test_cuda_kernel_matches_cpu_kernel(k, dtype):
     torch.testing.assert_close(y.cpu(), x, rtol=0, atol=0)
 
 
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_kernel_covers_more_planes_than_one_grid_dimension_holds():
+    C = 40000  # 2 x 40000 planes: past 65535, the kernel's grid loops over them
+    conv = Conv(C, 3)
+    conv.set_weight(torch.randn(C, 1, 3, 3))
+    x = torch.randn(2, C, 3, 5)
+    torch.testing.assert_close(conv.forward(x.cuda()).cpu(), conv.forward(x), rtol=1e-5, atol=1e-5)
+
+
 def test_the_fake_class_has_every_method_of_the_real_one():
     """A method missing from the fake makes tracing warn ("fake object ... doesn't implement method ...")."""
     from torch._library import fake_class_registry
