@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The concurrent-loading tests (tests/cpp/test_loading.cpp) with our code under ThreadSanitizer
+# The concurrent-loading tests (tests/cpp/test_loading.cpp) and runs reusing their memory from several threads
+# (Runtime.ReusedRunMemory*) with our code under ThreadSanitizer
 # (build/cpu-tsan). libtorch and libgomp are not instrumented: one intra-op thread (no OpenMP team whose
 # synchronisation TSan cannot see), and reports from inside libtorch are suppressed (tests/sanitizers/tsan.supp).
 # A report in our code fails the run.
@@ -16,3 +17,6 @@ cmake --build "$TSAN_DIR" --target test_runtime
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$ROOT/tests/sanitizers/tsan.supp"
 log "test_runtime --gtest_filter='Loading.*' under ThreadSanitizer"
 OMP_NUM_THREADS=1 "$TSAN_DIR/bin/test_runtime" --gtest_filter='Loading.*'
+# a process of its own: the Loading tests expect to make the process's first extraction directory
+log "test_runtime --gtest_filter='Runtime.ReusedRunMemory*' under ThreadSanitizer"
+OMP_NUM_THREADS=1 "$TSAN_DIR/bin/test_runtime" --gtest_filter='Runtime.ReusedRunMemory*'

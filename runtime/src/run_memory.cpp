@@ -3,6 +3,8 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 
+#include <dlfcn.h>
+
 #include <atomic>
 #include <cstring>
 #include <map>
@@ -180,7 +182,14 @@ bool install_run_allocator() {
   ours.set_next(current);
   g_next_raw_deleter.store(current->raw_deleter());
   c10::SetCPUAllocator(&ours, 0);
-  if (c10::GetCPUAllocator() == &ours) return true;
+  if (c10::GetCPUAllocator() == &ours) {
+    // torch now calls into this library for every CPU allocation: it must stay loaded as long as torch is
+    Dl_info self{};
+    if (dladdr(reinterpret_cast<void*>(&install_run_allocator), &self) != 0 && self.dli_fname != nullptr) {
+      dlopen(self.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+    }
+    return true;
+  }
   ours.set_next(before != nullptr ? before : current);
   g_next_raw_deleter.store(before != nullptr ? before_raw : current->raw_deleter());
   return false;
