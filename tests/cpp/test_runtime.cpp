@@ -235,23 +235,27 @@ class CountingAllocator final : public c10::Allocator {
   c10::Allocator* next_ = c10::GetDefaultCPUAllocator();
 };
 
+void into(const pt2rt::Runtime& r, const at::Tensor& x, at::Tensor& out) {
+  r.run_into({view_of(x)}, {pt2rt::OutputView{out.data_ptr(), out.sizes().vec(), pt2rt::DType::Float32}});
+}
+
+pt2rt::Options reusing(bool on, int runners = 1) {
+  pt2rt::Options o = with_ops(runners);
+  o.reuse_run_memory = on;
+  return o;
+}
+
 // Options::reuse_run_memory: once warm, a model of fixed shapes allocates nothing per run_into (its intermediates
 // and outputs come from the blocks earlier runs freed); off, every run allocates. The answers are the same, at
-// any batch size in any order, from several threads at once.
+// any batch size in any order.
 TEST(Runtime, ReusedRunMemoryMakesRunIntoAllocateNothingOnceWarm) {
   static CountingAllocator counting;  // torch may keep it past the test
   c10::SetCPUAllocator(&counting, 0);
   const int threads = pt2rt::num_threads();
   pt2rt::set_num_threads(1);  // allocations of other threads of the pool would be counted too
-  pt2rt::Options reuse = with_ops(2), fresh = with_ops();
-  reuse.reuse_run_memory = true;
-  fresh.reuse_run_memory = false;
-  const pt2rt::Runtime rt = pt2rt::Runtime::load(kNet, reuse);
-  const pt2rt::Runtime plain = pt2rt::Runtime::load(kNet, fresh);
+  const pt2rt::Runtime rt = pt2rt::Runtime::load(kNet, reusing(true));
+  const pt2rt::Runtime plain = pt2rt::Runtime::load(kNet, reusing(false));
   const auto input = [](int64_t batch) { return at::randn({batch, 3, 32, 32}); };
-  const auto into = [](const pt2rt::Runtime& r, const at::Tensor& x, at::Tensor& out) {
-    r.run_into({view_of(x)}, {pt2rt::OutputView{out.data_ptr(), out.sizes().vec(), pt2rt::DType::Float32}});
-  };
   const at::Tensor x = input(4);
   const at::Tensor expected = run1(plain, x);
   at::Tensor out = at::empty_like(expected);
@@ -275,12 +279,18 @@ TEST(Runtime, ReusedRunMemoryMakesRunIntoAllocateNothingOnceWarm) {
   const int64_t again = counting.count.load();
   for (int i = 0; i < 10; ++i) into(rt, x, out);
   EXPECT_EQ(counting.count.load() - again, 0) << "allocations after the batch size settled";
-  // several threads at once, each with its own buffers
+  pt2rt::set_num_threads(threads);
+}
+
+// Runs reusing their memory from several threads at once, each with its own buffers and batch size, two runners.
+TEST(Runtime, ReusedRunMemoryServesRunsFromSeveralThreads) {
+  const pt2rt::Runtime rt = pt2rt::Runtime::load(kNet, reusing(true, 2));
+  const pt2rt::Runtime plain = pt2rt::Runtime::load(kNet, reusing(false));
   std::vector<std::thread> workers;
   std::atomic<int> wrong{0};
   for (int t = 0; t < 4; ++t) {
     workers.emplace_back([&, t] {
-      const at::Tensor xt = input(1 + t);
+      const at::Tensor xt = at::randn({1 + t, 3, 32, 32});
       const at::Tensor et = run1(plain, xt);
       at::Tensor ot = at::empty_like(et);
       for (int i = 0; i < 25; ++i) {
@@ -291,7 +301,6 @@ TEST(Runtime, ReusedRunMemoryMakesRunIntoAllocateNothingOnceWarm) {
   }
   for (auto& w : workers) w.join();
   EXPECT_EQ(wrong.load(), 0);
-  pt2rt::set_num_threads(threads);
 }
 
 TEST(Runtime, SpecDescribesThePackage) {

@@ -28,7 +28,8 @@ def report(pt2run_small_ms=0.25, pt2run_tiny_ms=0.004):
     return {
         "kernels": bench.kernel_ratios({"IdentityOp/float32/64MiB": 100.0, "Clone/float32/64MiB": 85.0}),
         "runtime_overhead": [{"batch": 4, "runtime_ns": 101.0, "raw_ns": 100.0, "overhead": 0.01, "run_into_ns": 95.0,
-                              "run_into_vs_run": 0.94}],
+                              "run_into_vs_run": 0.94, "run_into_reusing_ns": 99.0,
+                              "reusing_vs_run_into": 99.0 / 95.0}],
         "latency": {"small": {"input": [4, 3, 32, 32], "pt2run_ms": pt2run_small_ms, "aoti_python_ms": 0.26,
                               "eager_ms": 0.3, "compile_ms": 0.5},
                     "op_only": {"input": [2, 3, 16, 16], "pt2run_ms": pt2run_tiny_ms, "aoti_python_ms": 0.02,
@@ -60,7 +61,7 @@ def test_table_prints_every_measure(capsys):
     out = capsys.readouterr().out
     assert "[NOT MET] op bandwidth" in out and "[met    ] pt2run cold start" in out
     assert "op_only input [2, 3, 16, 16]: pt2run 0.004 ms" in out
-    assert "run_into 0.1 us (0.940x run)" in out
+    assert "run_into 0.1 us (0.940x run), reusing run memory 0.1 us (1.042x)" in out
 
 
 def _load(name):
