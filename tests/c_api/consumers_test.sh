@@ -29,7 +29,7 @@ out=$(env -i "$work/test_c_api_v1" "$packages" "$ops")
 echo "$out"
 checksums+=("C, v1 header:$(checksum_of "$out")")
 
-echo "== C99, version 2: the package from memory (its file deleted), options, run_into from 4 threads"
+echo "== C99, versions 2 and 3: the package from memory (its file deleted), options, run_into from 4 threads"
 cc -std=c99 -Wall -Wextra -Werror -pedantic -pthread -I"$b/include" "$src/tests/c_api/test_c_api_v2.c" \
   -o "$work/test_c_api_v2" -L"$b/lib" -lpt2rt -lm -Wl,-rpath,"$b/lib"
 mkdir -p "$work/v2-tmp"
@@ -38,6 +38,15 @@ out=$(env -i TMPDIR="$work/v2-tmp" "$work/test_c_api_v2" "$work/v2-model.pt2" "$
 echo "$out"
 [ ! -e "$work/v2-model.pt2" ] || { echo "test_c_api_v2 did not delete its package file" >&2; exit 1; }
 checksums+=("C, version 2:$(checksum_of "$out")")
+
+echo "== the same built against version 2 of pt2rt_c.h (tests/c_api/v2), run against this library"
+cc -std=c99 -Wall -Wextra -Werror -pedantic -pthread -I"$src/tests/c_api/v2" "$src/tests/c_api/test_c_api_v2.c" \
+  -o "$work/test_c_api_v2_header2" -L"$b/lib" -lpt2rt -lm -Wl,-rpath,"$b/lib"
+cp "$packages/net_dynamic.pt2" "$work/v2-model.pt2"
+out=$(env -i TMPDIR="$work/v2-tmp" "$work/test_c_api_v2_header2" "$work/v2-model.pt2" "$ops" default)
+echo "$out"
+grep -q "all C API version 2 checks passed" <<<"$out" || { echo "not built against version 2's header" >&2; exit 1; }
+checksums+=("C, v2 header:$(checksum_of "$out")")
 
 echo "== C++ with clang and libc++: clang++ -stdlib=libc++, the C header only, 4 threads"
 clang++ -std=c++17 -stdlib=libc++ -Wall -Wextra -Werror -pthread -I"$b/include" \
