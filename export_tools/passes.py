@@ -14,15 +14,17 @@ operations as eager up to float rounding, NaN and inf included. Measured (pt2run
 2026-12-03, Intel Xeon with AMX, 2 vCPUs): MobileNetV3-Small -9 % / -25 %, ViT-Tiny -4 % / -5 %, BERT-base -1 % /
 -2 %, ResNet-18 (no 1x1 stride-1 convolutions) unchanged.
 
-`weight_packing(variant)`: oneDNN's packed weights (inductor's `cpp.weight_prepack`) for the depthwise convolutions
-and the small dense ones (a kernel larger than 1x1; ungrouped with at most PACK_MAX_POSITIONS output positions) of
-the variants that only AVX-512 CPUs run, on an AVX-512 build machine: ResNet-18 at batch 1 -10 to -18 %,
-MobileNetV3-Small -7 to -11 % (1 / 2 threads). oneDNN lays the weights out for the CPU class it runs on; where the
-class at run time differs, each call falls back to a reference kernel (ResNet-18 packed on AVX-512 and run with
-oneDNN held to AVX2: 15x slower, and the reverse too), so the AVX2 and baseline variants stay unpacked. Not packed,
-because they lost here: 1x1 convolutions (a product instead, above), linear layers (MKL's packed form is also
-specific to the CPU; ViT-Tiny +5 %). `KeepNonFinite` keeps the activations inductor would fuse into the packed calls
-out of them where oneDNN's form differs from eager's on NaN (ReLU, clamps, hardsigmoid: NaN -> 0).
+`weight_packing(variant)`: oneDNN's packed weights (inductor's `cpp.weight_prepack`) for the depthwise convolutions,
+the small dense ones (a kernel larger than 1x1; ungrouped with at most PACK_MAX_POSITIONS output positions), the
+linear layers with a static row count and the LSTM layers, in the variants that only AVX-512 CPUs run, on an AVX-512
+build machine: ResNet-18 at batch 1 -10 to -18 %, MobileNetV3-Small -7 to -11 % (1 / 2 threads, Intel Xeon); on an
+AMD EPYC, where ATen's products run MKL's AVX2 code, BERT-base -20 to -30 %, ViT-Tiny -13 to -26 %, the LSTM -9 to
+-17 % (Intel: within +-5 %). oneDNN lays the weights out for the CPU class it runs on; where the class at run time
+differs, each call falls back to a reference kernel (ResNet-18 packed on AVX-512 and run with oneDNN held to AVX2: 15x
+slower, and the reverse too), so the AVX2 and baseline variants stay unpacked. Not packed, because they lost here:
+1x1 convolutions (a product instead, above). `SharedWeightProducts` makes the bmm rewrite above before freezing, so
+those products are packed too. `KeepNonFinite` keeps the activations inductor would fuse into the packed calls out
+of them where oneDNN's form differs from eager's on NaN (ReLU, clamps, hardsigmoid: NaN -> 0).
 """
 
 from __future__ import annotations
@@ -73,6 +75,48 @@ def _plain_addmm(node: torch.fx.Node) -> bool:
             and node.args[0].meta["val"].dim() <= 2)
 
 
+def _matrix_expanded(w: torch.fx.Node) -> torch.fx.Node | None:
+    """The 2-D matrix `w` expands over the batch (view(expand(m, [B, K, N]))), as a linear layer's decomposition
+    makes of its weight; None if `w` is not that."""
+    if w.target is aten.view.default:
+        w = w.args[0]
+    if w.target is not aten.expand.default or not _has_val(w.args[0]):
+        return None
+    m = w.args[0]
+    return m if m.meta["val"].dim() == 2 and tuple(m.meta["val"].shape) == tuple(w.meta["val"].shape[1:]) else None
+
+
+def _one_product(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+    """bmm(x, w shared by the batch) -> mm(x's rows, w's matrix).view(...)."""
+    x, w = node.args
+    # -1 for the rows: their count may be dynamic (no SymInt in the graph's arguments)
+    batch, inner, cols = x.meta["val"].shape[0], x.meta["val"].shape[2], w.meta["val"].shape[2]
+    with graph.inserting_before(node):
+        dense = graph.call_function(aten.clone.default, (x,), {"memory_format": torch.contiguous_format})
+        dense.meta["val"] = x.meta["val"].clone(memory_format=torch.contiguous_format)
+        flat = _with_val(graph.call_function(aten.view.default, (dense, [-1, inner])))
+        matrix = _matrix_expanded(w) or _with_val(graph.call_function(aten.select.int, (w, 0, 0)))
+        product = _with_val(graph.call_function(aten.mm.default, (flat, matrix)))
+        out = _with_val(graph.call_function(aten.view.default, (product, [batch, -1, cols])))
+    node.replace_all_uses_with(out)
+    graph.erase_node(node)
+
+
+class SharedWeightProducts(CustomGraphPass):
+    """The bmm rewrite of ProductRewrites, before freezing (a joint-graph pass): the product then takes the linear
+    layer's weight itself (mm(x, permute(w))), the form freezing packs for oneDNN (_packed_linear)."""
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        for node in graph.find_nodes(op="call_function", target=aten.bmm.default):
+            if _shared_rhs_bmm(node):
+                _one_product(graph, node)
+        graph.eliminate_dead_code()
+        graph.lint()
+
+    def uuid(self) -> Any:
+        return get_hash_for_files((__file__,))
+
+
 class ProductRewrites(CustomGraphPass):
     """bmm(x, w shared) -> mm(rows of x, w[0]).view(...); addmm(b, x, w) -> mm(x, w) + b;
     pointwise conv(x, w, b) -> conv(x, w) + b.view(1, K, 1, ...)."""
@@ -82,18 +126,7 @@ class ProductRewrites(CustomGraphPass):
             if node.op != "call_function":
                 continue
             if node.target is aten.bmm.default and _shared_rhs_bmm(node):
-                x, w = node.args
-                # -1 for the rows: their count may be dynamic (no SymInt in the graph's arguments)
-                batch, inner, cols = x.meta["val"].shape[0], x.meta["val"].shape[2], w.meta["val"].shape[2]
-                with graph.inserting_before(node):
-                    dense = graph.call_function(aten.clone.default, (x,), {"memory_format": torch.contiguous_format})
-                    dense.meta["val"] = x.meta["val"].clone(memory_format=torch.contiguous_format)
-                    flat = _with_val(graph.call_function(aten.view.default, (dense, [-1, inner])))
-                    matrix = _with_val(graph.call_function(aten.select.int, (w, 0, 0)))
-                    product = _with_val(graph.call_function(aten.mm.default, (flat, matrix)))
-                    out = _with_val(graph.call_function(aten.view.default, (product, [batch, -1, cols])))
-                node.replace_all_uses_with(out)
-                graph.erase_node(node)
+                _one_product(graph, node)
             elif node.target is aten.addmm.default and _plain_addmm(node):
                 bias, x, w = node.args
                 with graph.inserting_before(node):
@@ -170,10 +203,22 @@ def _packed_conv(match: Any) -> bool:
     return depthwise or (groups == 1 and out[0] * out[2] * out[3] <= PACK_MAX_POSITIONS)
 
 
+def _packed_linear(match: Any) -> bool:
+    """Linear layers (products by a constant weight) with a static row count: oneDNN's packed product, where ATen's
+    goes to MKL, which copies the weight into its packed form on every call and, on AMD CPUs, runs its AVX2 code
+    (BERT-base at batch 1 -18 %, ViT-Tiny -26 %, on an AMD EPYC; -4 % / +5 % on an Intel Xeon). oneDNN packs for
+    the row count it is given: a dynamic one would be packed for its hint."""
+    linear = match.output_node()
+    rows = linear.args[1 if linear.target is aten.addmm.default else 0].meta["val"].shape[0]
+    return isinstance(rows, int)
+
+
 # inductor's checks of what its freezing pass packs -> ours on top, while `weight_packing` is on
 _PACK_RULES = {"_is_packable_convolution": _packed_conv,
-               "_is_packable_linear": lambda match: False,
-               "_is_packable_mkldnn_rnn_layer": lambda match: False}
+               "_is_packable_linear": _packed_linear,
+               # LSTM layers: their packing does not depend on the input's shape (the LSTM at batch 1: -17 % / -9 %
+               # on 1 / 2 threads on an AMD EPYC, batch 8 -1 %; within noise on an Intel Xeon)
+               "_is_packable_mkldnn_rnn_layer": lambda match: True}
 _packing_on = False
 
 
@@ -236,4 +281,5 @@ def weight_packing(variant: Any) -> Iterator[dict[str, Any]]:
 
 def cpu_inductor_config() -> dict[str, Any]:
     """The inductor settings export_tools compiles CPU packages with, on top of freezing (and weight_packing's)."""
-    return {"conv_1x1_as_mm": True, "post_grad_custom_post_pass": ProductRewrites()}
+    return {"conv_1x1_as_mm": True, "joint_custom_pre_pass": SharedWeightProducts(),
+            "post_grad_custom_post_pass": ProductRewrites()}

@@ -379,7 +379,7 @@ def test_products_are_rewritten_where_atens_form_is_slow():
     stride-1 convolution's bias moves to an add after it (NaN travelling as before); the 3x3 and the strided 1x1
     convolutions keep theirs; a linear layer on transposed rows (bmm by the weight expanded over the batch) becomes
     one mm."""
-    from export_tools.passes import ProductRewrites
+    from export_tools.passes import ProductRewrites, SharedWeightProducts
 
     aten = torch.ops.aten
     torch.manual_seed(0)
@@ -413,14 +413,17 @@ def test_products_are_rewritten_where_atens_form_is_slow():
             return self.linear(x.transpose(0, 1)).relu()
 
     model, x = TransposedRows().eval(), torch.randn(3, 5, 16)
-    for dynamic in (None, ({0: torch.export.Dim("batch", min=2, max=8)},)):  # rows of a dynamic size
+    for dynamic, rewrite in ((None, ProductRewrites()), (None, SharedWeightProducts()),
+                             (({0: torch.export.Dim("batch", min=2, max=8)},), ProductRewrites())):  # dynamic rows
         ep = torch.export.export(model, (x,), dynamic_shapes=dynamic).run_decompositions()
         assert ep.graph.find_nodes(op="call_function", target=aten.bmm.default)
-        ProductRewrites()(ep.graph_module.graph)
+        rewrite(ep.graph_module.graph)
         ep.graph_module.recompile()
         assert not ep.graph.find_nodes(op="call_function", target=aten.bmm.default)
         (mm,) = ep.graph.find_nodes(op="call_function", target=aten.mm.default)
         assert mm.meta["val"].shape[1] == 24
+        # the linear layer's own weight, transposed, as freezing packs it (not a slice of its expansion)
+        assert (mm.args[1].target, mm.args[1].args[0].op) == (aten.permute.default, "placeholder")
         with torch.no_grad():
             for batch in (3, 6) if dynamic else (3,):
                 other = torch.randn(batch, 5, 16)
@@ -430,7 +433,7 @@ def test_products_are_rewritten_where_atens_form_is_slow():
 class _Activations(torch.nn.Module):
     """Dense 3x3 convolutions (packed where export_tools packs) followed by each activation inductor would fuse
     into oneDNN's call, a residual add, a depthwise convolution (packed too), then a grouped and a 1x1 convolution
-    (never packed)."""
+    (never packed), a linear layer with a ReLU over the last dimension and an LSTM over the rows (both packed)."""
 
     def __init__(self):
         super().__init__()
@@ -439,6 +442,8 @@ class _Activations(torch.nn.Module):
         self.depthwise = torch.nn.Conv2d(4, 4, 3, padding=1, groups=4)
         self.grouped = torch.nn.Conv2d(4, 4, 3, padding=1, groups=2)
         self.pointwise = torch.nn.Sequential(torch.nn.Conv2d(4, 4, 1), torch.nn.BatchNorm2d(4), torch.nn.ReLU())
+        self.head = torch.nn.Linear(12, 6)
+        self.rnn = torch.nn.LSTM(6, 5, batch_first=True)
 
     def forward(self, x):
         a = torch.relu(self.bn(self.convs[0](x)))
@@ -446,7 +451,9 @@ class _Activations(torch.nn.Module):
         c = torch.nn.functional.hardsigmoid(self.convs[2](b))
         d = torch.relu(self.convs[3](c) + a)
         e = torch.nn.functional.hardtanh(self.convs[4](d), -0.5, 0.5)
-        return torch.cat([a, b, c, d, e, self.pointwise(self.grouped(torch.relu(self.depthwise(e))))], 1)
+        f = torch.relu(self.head(
+            torch.cat([a, b, c, d, e, self.pointwise(self.grouped(torch.relu(self.depthwise(e))))], 1)))
+        return self.rnn(f.flatten(0, 1))[0]  # 24 sequences of 12 steps
 
 
 def test_weights_are_packed_only_in_variants_for_the_build_machines_cpu_class(monkeypatch):
@@ -493,19 +500,22 @@ def test_optimize_folds_the_weights_by_default_keeping_nan_as_eager(tmp_path):
                                            if n.endswith(".wrapper.so") and "/avx2_model/" not in n)
             if optimize == "fold":
                 (avx2,) = [z.read(n) for n in z.namelist() if n.endswith(".wrapper.so") and "/avx2_model/" in n]
-                assert b"mkldnn" not in avx2 and b"aoti_torch_cpu_convolution" in avx2
+                assert b"_convolution_pointwise" not in avx2 and b"_linear_pointwise" not in avx2
+                assert b"aoti_torch_cpu_convolution" in avx2
         # non-finite values travel as in eager: oneDNN's fused ReLU and clamps would make NaN 0 (passes.KeepNonFinite)
         with torch.no_grad():
             got, expected = load_package(path)(odd), model(odd)
         assert torch.equal(got.isnan(), expected.isnan()) and expected.isnan().sum() > 1000
         assert torch.allclose(got, expected, atol=1e-5, equal_nan=True)
     # fold: the weights compiled in as constants (the batch norms folded); the five 3x3 and the depthwise
-    # convolutions packed for oneDNN on an AVX-512 machine (one with the residual add), the grouped one ATen's
+    # convolutions and the linear layer packed for oneDNN on an AVX-512 machine (one with the residual add), the
+    # grouped one ATen's
     native = cpu.Variant(name="native", arch=cpu.host_arch(), vec_isa="", flags=(), cpu_features=())
     assert b"_frozen_param" in libraries["fold"] and b"aoti_torch_cpu_convolution" in libraries["fold"]
     assert (b"mkldnn__convolution_pointwise" in libraries["fold"]) == passes.packs_weights(native)
+    assert (b"aoti_torch_cpu__linear_pointwise" in libraries["fold"]) == passes.packs_weights(native)
     # the 1x1 convolution: a product, its (folded) bias added in the ReLU's kernel (export_tools.passes)
     assert b"aoti_torch_cpu_mm_out" in libraries["fold"] and b"addmm" not in libraries["fold"]
-    assert b"_frozen_param" not in libraries["none"] and b"mkldnn" not in libraries["none"]
+    assert b"_frozen_param" not in libraries["none"] and b"_pointwise" not in libraries["none"]
     with pytest.raises(ExportError, match="expected optimize as one of fold, none, got 'fast'"):
         export_package(model, (x,), tmp_path / "bad.pt2", optimize="fast")
