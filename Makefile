@@ -5,11 +5,13 @@ BUILD_TYPE ?= Release
 TARGET ?= linux-aarch64
 export FLAVOUR BUILD_TYPE TARGET
 
-.PHONY: demo test test-aarch64 test-x86-hosts test-torch container build cross-build bundle bootstrap sanitize tsan fuzz bench bench-peers package clean
+.PHONY: demo test test-all test-aarch64 test-x86-hosts test-torch container build cross-build bundle bootstrap sanitize tsan fuzz bench bench-peers package clean
 demo:
 	@scripts/demo.sh
 test:
 	@scripts/test.sh
+test-all:
+	@.ci/run --all
 test-x86-hosts:
 	@scripts/build.sh && scripts/test-x86-hosts.sh
 test-aarch64:
