@@ -459,6 +459,12 @@ def _tolerance_table(cases, overrides) -> dict[str, dict[str, float]]:
 
 OPTIMIZE = ("fold", "none")
 
+# Inductor's own parallel loops take their thread count from the process that runs the package (set_num_threads,
+# --intra-op-threads), not from the one that exported it: by default it writes the exporting process's count into
+# the code (num_threads(N)), and sizes a parallel reduction's per-thread partial results by it even where the team
+# comes from the runtime's setting - a package exported on 2 cores then wrote past those arrays on a bigger host.
+PARALLEL_LOOPS = {"cpp.dynamic_threads": True}
+
 
 def _compile(ep, out: Path, name: str, optimize: str, device: str) -> cpu.Variant:
     """One CPU variant into its own package file. Each compile gets a fresh inductor cache: with a shared one, a
@@ -475,7 +481,7 @@ def _compile(ep, out: Path, name: str, optimize: str, device: str) -> cpu.Varian
         freeze = optimize == "fold"
         with cpu.compiling(name) as variant, fresh_cache(), torch.no_grad() if freeze else contextlib.nullcontext(), \
                 passes.weight_packing(variant if device == "cpu" and freeze else None) as packing, \
-                inductor_config.patch({"freezing": freeze, **packing,
+                inductor_config.patch({"freezing": freeze, **packing, **PARALLEL_LOOPS,
                                        **(passes.cpu_inductor_config() if device == "cpu" else {})}):
             if variant.arch == cpu.host_arch():
                 torch._inductor.aoti_compile_and_package(ep, package_path=str(out))

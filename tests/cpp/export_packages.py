@@ -1,7 +1,8 @@
 """Exports the packages the C++ tests run (once per build: skipped when nothing that shapes them changed).
 
 Writes into OUT: net_dynamic.pt2 (identity_conv_net, batch 1..32, CPU variants avx2, avx512, default), op_static.pt2
-(the op alone), probe.pt2 (the op of probe_ops.cpp, which counts runs in flight), multi_io.pt2 (two inputs sharing
+(the op alone), probe.pt2 (the op of probe_ops.cpp, which counts runs in flight), reductions.pt2 (parallel
+reductions), multi_io.pt2 (two inputs sharing
 the dynamic batch; float, int64 and bool outputs; with input and expected files), net_fp16.pt2 and
 net_bf16.pt2 (half-precision exports), aliasing.pt2 (outputs that alias an input, a constant, each other), tensor files
 for pt2run (net_input.pt, net_expected.pt, a list file), and bad/*.pt2: damaged or foreign packages.
@@ -145,6 +146,13 @@ class MultiIO(torch.nn.Module):
                 (x > 0).sum(dim=(1, 2, 3)) + 2**53, x > y)
 
 
+class Reductions(torch.nn.Module):
+    """Whole-tensor reductions, large enough that inductor splits each over its thread team (per-thread partial
+    results combined at the end): the package must run on any thread count, not the exporting process's."""
+    def forward(self, x):
+        return torch.stack([x.sum(), x.amax(), (x * x).mean()]), x.sum(dim=0)
+
+
 def export_multi_io(out: Path) -> None:
     g = torch.Generator().manual_seed(11)
     model = MultiIO()
@@ -198,6 +206,8 @@ def main():
     aliasing, aliasing_inputs = models.aliasing_outputs()
     export_package(aliasing, aliasing_inputs, out / "aliasing.pt2", dynamic_batch=(1, 8), golden=2, cpu_isa="default")
     export_probe(args.probe_ops, out / "probe.pt2")
+    export_package(Reductions(), [torch.randn(512, 256, generator=torch.Generator().manual_seed(5))],
+                   out / "reductions.pt2", golden=2, cpu_isa="default")
     export_multi_io(out)
 
     x = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(7))

@@ -454,6 +454,21 @@ TEST(Runtime, NumThreadsHoldsOnEveryThreadThatRuns) {
   EXPECT_EQ(seen_after_change, 1);
 }
 
+// Inductor splits a large reduction over the caller's OpenMP team and keeps one partial result per thread: the
+// package sized that array by the exporting process's threads, so more threads here wrote past it (a crash or a
+// wrong sum). The export's threads are this machine's cores at most.
+TEST(Runtime, ReductionsRunOnMoreThreadsThanTheExportHad) {
+  const int before = pt2rt::num_threads();
+  const int many = 2 * static_cast<int>(std::thread::hardware_concurrency()) + 3;
+  for (const int threads : {many, 1}) {
+    pt2rt::set_num_threads(threads);
+    const pt2rt::VerifyReport report = pt2rt::Runtime::load(kPackages + "/reductions.pt2", with_ops()).verify();
+    EXPECT_EQ(report.cases.size(), 2u);
+    for (const auto& c : report.cases) EXPECT_TRUE(c.passed) << threads << " threads, " << c.name << ": " << c.reason;
+  }
+  pt2rt::set_num_threads(before);
+}
+
 TEST(RuntimeErrors, BadPackages) {
   const std::string bad = kPackages + "/bad/";
   EXPECT_ERROR(pt2rt::Runtime::load(kPackages + "/missing.pt2", with_ops()), pt2rt::ErrorCode::Package,
