@@ -5,7 +5,7 @@ BUILD_TYPE ?= Release
 TARGET ?= linux-aarch64
 export FLAVOUR BUILD_TYPE TARGET
 
-.PHONY: demo test test-all test-aarch64 test-x86-hosts test-torch container build cross-build bundle bootstrap sanitize tsan fuzz bench bench-peers package clean
+.PHONY: demo test test-all test-aarch64 test-x86-hosts test-torch container build cross-build bundle bootstrap sanitize tsan fuzz bench bench-peers package mutants clean
 demo:
 	@scripts/demo.sh
 test:
@@ -38,6 +38,8 @@ bench-peers:
 	@scripts/bench.sh peers
 container:
 	@scripts/container.sh
+mutants:
+	@scripts/mutants.sh
 package:
 	@scripts/package.sh
 clean:

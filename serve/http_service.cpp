@@ -640,9 +640,12 @@ struct HttpService::Impl {
   void received(bufferevent* bev, size_t fd, size_t n) {
     if (fd >= receiving.size()) receiving.resize(fd + 1);
     Receiving& c = receiving[fd];
-    if (c.bev != bev) {  // a new connection on this descriptor
+    // a new connection on this descriptor: libevent may give it the address of a bufferevent freed just before
+    // (the socket's inode tells them apart), and its bytes then counted as the closed one's, or not at all
+    const ino_t socket = socket_inode(fd);
+    if (c.bev != bev || c.socket != socket) {
       forget(c);
-      c = Receiving{bev, socket_inode(fd)};
+      c = Receiving{bev, socket};
     }
     if (c.closed) return;
     c.held += n;

@@ -83,6 +83,14 @@ void Model::drain() {
   }
 }
 
+void Model::stop_waiting_for_rows() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    no_waiting_ = true;
+  }
+  cv_.notify_all();
+}
+
 std::vector<pt2rt::Tensor> Model::run_timed(const std::vector<pt2rt::TensorView>& views, int64_t rows) {
   const auto start = std::chrono::steady_clock::now();
   auto out = runtime_->run(views);
@@ -183,7 +191,7 @@ void Model::worker() {
           ++it;
         }
       }
-      if (rows >= preferred || stopping_ ||
+      if (rows >= preferred || stopping_ || no_waiting_ ||
           cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
         break;
       }

@@ -83,6 +83,9 @@ class Model {
   bool submit(std::vector<pt2rt::Tensor>& inputs, Completion done);
   // Stops taking requests and finishes the queued ones.
   void drain();
+  // The server is stopping: from now on a batch runs as soon as a worker takes it, with the rows it has (requests
+  // still arriving are taken and run; none waits out the batch delay).
+  void stop_waiting_for_rows();
 
  private:
   struct Pending {
@@ -107,6 +110,7 @@ class Model {
   std::condition_variable cv_;
   std::deque<std::unique_ptr<Pending>> queue_;
   bool stopping_ = false;
+  bool no_waiting_ = false;  // stop_waiting_for_rows()
   std::vector<std::thread> workers_;
 };
 

@@ -210,6 +210,7 @@ int main(int argc, char** argv) {
       std::_Exit(0);
     }).detach();
     http->stop();  // stops accepting; the workers finish the requests they hold
+    for (const auto& model : registry.models()) model->stop_waiting_for_rows();  // queued batches run now
     if (grpc_server) grpc_server->shutdown(shutdown_seconds);
   });
   const bool ok = http->run();

@@ -6,6 +6,7 @@
 
 #include <sched.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <mutex>
 #include <numeric>
 #include <sstream>
@@ -282,6 +284,20 @@ int count_process_threads() {
   return n;
 }
 
+// Each thread's CPU time (ns) by thread id, from its per-thread CPU clock (Linux encodes a thread's clock id from
+// its tid: ~tid << 3 | CPUCLOCK_PERTHREAD | CPUCLOCK_SCHED). Which threads did the work is a fact about threads,
+// where the process's CPU share depends on what else the machine runs.
+std::map<long, int64_t> thread_cpu_ns() {
+  std::map<long, int64_t> out;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+    const long tid = std::strtol(entry.path().filename().c_str(), nullptr, 10);
+    const auto clock = static_cast<clockid_t>((~static_cast<unsigned>(tid) << 3) | 6u);
+    timespec ts{};
+    if (clock_gettime(clock, &ts) == 0) out[tid] = int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+  }
+  return out;
+}
+
 // The process's CPU time, every thread's (the model's intra-op threads too), user and system.
 double process_cpu_seconds() {
   rusage u{};
@@ -321,6 +337,7 @@ int cmd_bench(const std::string& package, const std::vector<std::string>& ops, c
   std::vector<double> latencies(static_cast<size_t>(iters));
   std::atomic<int> next{0}, done{0}, warm{0};
   int process_threads = 0;  // when measuring ends: main, the callers and their OpenMP teams
+  std::map<long, int64_t> threads_at_start, threads_at_end;  // CPU time per thread around the measured runs
   int finished = 0;
   const bool tty = isatty(STDERR_FILENO) && !json;
   std::chrono::steady_clock::time_point start;
@@ -336,6 +353,7 @@ int cmd_bench(const std::string& package, const std::vector<std::string>& ops, c
         {
           std::unique_lock<std::mutex> lock(start_mutex);
           if (++warm == threads) {
+            threads_at_start = thread_cpu_ns();
             cpu_start = process_cpu_seconds();
             start = std::chrono::steady_clock::now();
             started.notify_all();
@@ -354,6 +372,7 @@ int cmd_bench(const std::string& package, const std::vector<std::string>& ops, c
         std::unique_lock<std::mutex> lock(start_mutex);
         if (++finished == threads) {
           process_threads = count_process_threads();
+          threads_at_end = thread_cpu_ns();
           started.notify_all();
         } else {
           started.wait(lock, [&] { return finished >= threads; });
@@ -387,12 +406,21 @@ int cmd_bench(const std::string& package, const std::vector<std::string>& ops, c
   const double mean = std::accumulate(latencies.begin(), latencies.end(), 0.0) / std::max(iters, 1);
   const double p50 = percentile(latencies, 0.5), p90 = percentile(latencies, 0.9), p99 = percentile(latencies, 0.99);
   const double throughput = iters / wall_s;
+  // The CPU seconds each thread spent in the measured runs, most first (threads that never ran left out).
+  std::vector<double> thread_cpu_s;
+  for (const auto& [tid, ns] : threads_at_end) {
+    const auto before = threads_at_start.find(tid);
+    const int64_t spent = ns - (before == threads_at_start.end() ? 0 : before->second);
+    if (spent > 0) thread_cpu_s.push_back(static_cast<double>(spent) / 1e9);
+  }
+  std::sort(thread_cpu_s.rbegin(), thread_cpu_s.rend());
   if (json) {
     nlohmann::json j = {{"latency_ms", {{"p50", p50}, {"p90", p90}, {"p99", p99}, {"mean", mean}}},
                         {"throughput_per_s", throughput},
                         {"cpu_s", cpu_s}, {"wall_s", wall_s}, {"cores_busy", cores_busy},
                         {"iters", iters}, {"threads", threads}, {"runners", runners}, {"warmup", warmup},
-                        {"intra_op_threads", pt2rt::num_threads()}, {"process_threads", process_threads}};
+                        {"intra_op_threads", pt2rt::num_threads()}, {"process_threads", process_threads},
+                        {"thread_cpu_s", thread_cpu_s}};
     std::cout << j.dump() << "\n";
   } else {
     std::printf("%d runs, %d threads, %d runners: p50 %.3f ms  p90 %.3f ms  p99 %.3f ms  mean %.3f ms  %.1f runs/s  "

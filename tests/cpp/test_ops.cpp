@@ -8,6 +8,7 @@
 #include <dlfcn.h>
 
 #include <atomic>
+#include <chrono>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -224,10 +225,16 @@ TEST_F(OpsErrors, ForwardIsThreadSafe) {
   const at::Tensor out1 = at::conv2d(x, w1, {}, 1, 1, 1, C), out2 = at::conv2d(x, w2, {}, 1, 1, 1, C);
   std::atomic<int> bad{0}, done{0}, saw1{0}, saw2{0}, sets{0};
   std::vector<std::thread> threads;
+  threads.emplace_back([&] {
+    for (int i = 0; done.load() < 8; ++i, ++sets) conv.set_weight(i % 2 ? w1 : w2);
+  });
+  // a hang guard, not a verdict: the replacements go on until every reader is done
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::minutes(5);
   for (int t = 0; t < 8; ++t) {
     threads.emplace_back([&] {
-      // at least 200 calls each, more (up to 20000) until both weights were seen while replacements went on
-      for (int i = 0; i < 20000 && (i < 200 || saw1.load() == 0 || saw2.load() == 0); ++i) {
+      // at least 200 calls each, more until both weights were seen while replacements went on
+      for (int i = 0; (i < 200 || saw1.load() == 0 || saw2.load() == 0) && std::chrono::steady_clock::now() < give_up;
+           ++i) {
         const at::Tensor y = conv.forward(x);
         if (at::allclose(y, out1, 1e-5, 1e-5)) {
           ++saw1;
@@ -240,9 +247,6 @@ TEST_F(OpsErrors, ForwardIsThreadSafe) {
       ++done;
     });
   }
-  threads.emplace_back([&] {
-    for (int i = 0; done.load() < 8; ++i, ++sets) conv.set_weight(i % 2 ? w1 : w2);
-  });
   for (auto& th : threads) th.join();
   EXPECT_EQ(bad.load(), 0);
   EXPECT_GT(saw1.load(), 0) << sets.load() << " replacements";

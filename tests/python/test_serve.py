@@ -87,9 +87,11 @@ def server(exported, tmp_path_factory):
     for name, src in (("net", net), ("batched", net), ("op", op)):
         (repo / name / "1").mkdir(parents=True)
         os.link(src, repo / name / "1" / "model.pt2")
-    # batched: a request waits up to 300 ms for others, so concurrent ones run as one batch
+    # batched: a batch runs once it has 9 rows (the batching test's requests together) or after 60 s - never on a
+    # timer that a slow client could miss
     (repo / "batched" / "config.json").write_text(json.dumps(
-        {"max_batch_size": 16, "dynamic_batching": {"max_queue_delay_microseconds": 300000}}))
+        {"max_batch_size": 16, "dynamic_batching": {"max_queue_delay_microseconds": 60000000,
+                                                    "preferred_batch_size": [BATCHED_ROWS_TOGETHER]}}))
     (repo / "broken" / "1").mkdir(parents=True)
     (repo / "broken" / "1" / "model.pt2").write_bytes(b"not a package")
     (repo / "badconfig" / "1").mkdir(parents=True)
@@ -137,8 +139,8 @@ def infer_in_thread(url: str, model: str, x: np.ndarray):
     thread = threading.Thread(target=send)
     thread.start()
 
-    def answer():
-        thread.join(120)
+    def answer(timeout: float = 120):
+        thread.join(timeout)
         value = result.get_nowait()
         if isinstance(value, Exception):
             raise value
@@ -238,15 +240,20 @@ def test_a_request_over_the_size_limit_is_refused(server):
     assert err.value.status() in ("400", "413")
 
 
+BATCHED_ROWS = (1, 2, 3, 1, 2)
+BATCHED_ROWS_TOGETHER = sum(BATCHED_ROWS)
+
+
 def test_concurrent_requests_are_batched_and_each_gets_its_rows(server, exported):
+    """The batch closes at its preferred size, the rows of all five requests: one run, however slowly they came."""
     before = _metric(server, "pt2serve_batches_total", "batched")
     rng = np.random.default_rng(5)
-    xs = [rng.standard_normal((rows, 3, 32, 32)).astype(np.float32) for rows in (1, 2, 3, 1, 2)]
+    xs = [rng.standard_normal((rows, 3, 32, 32)).astype(np.float32) for rows in BATCHED_ROWS]
     pending = [infer_async(server.client, "batched", x) for x in xs]
     for x, p in zip(xs, pending):
         torch.testing.assert_close(torch.from_numpy(p.get_result().as_numpy("output_0").copy()), eager(exported, x))
     batches = _metric(server, "pt2serve_batches_total", "batched") - before
-    assert 1 <= batches < len(xs), f"{batches} executions for {len(xs)} concurrent requests"
+    assert batches == 1, f"{batches} executions for {len(xs)} concurrent requests"
 
 
 def test_a_classifier_batched_under_concurrent_clients_gives_each_its_rows(exported, tmp_path):
@@ -259,13 +266,15 @@ def test_a_classifier_batched_under_concurrent_clients_gives_each_its_rows(expor
     repo = tmp_path / "models"
     (repo / "classifier" / "1").mkdir(parents=True)
     os.link(path, repo / "classifier" / "1" / "model.pt2")
+    # the batch runs when it holds all 16 rows of the test's ten requests (or after 60 s): one run, never a timer
     (repo / "classifier" / "config.json").write_text(json.dumps(
-        {"max_batch_size": 16, "dynamic_batching": {"max_queue_delay_microseconds": 300000}}))
+        {"max_batch_size": 16, "dynamic_batching": {"max_queue_delay_microseconds": 60000000,
+                                                    "preferred_batch_size": [16]}}))
     model, _ = models.conv_classifier_net()
     s = Serving(repo)
     try:
         rng = np.random.default_rng(11)
-        xs = [rng.standard_normal((rows, 3, 64, 64)).astype(np.float32) for rows in (1, 3, 2, 1, 2)]
+        xs = [rng.standard_normal((rows, 3, 64, 64)).astype(np.float32) for rows in (1, 3, 2, 1, 1)]  # x2: 16 rows
         pending = [infer_async(s.client, "classifier", x) for x in xs]
         grpc_answers = queue.Queue()
 
@@ -288,7 +297,7 @@ def test_a_classifier_batched_under_concurrent_clients_gives_each_its_rows(expor
             torch.testing.assert_close(torch.from_numpy(result.as_numpy("output_0").copy()), expected[i],
                                        rtol=1e-4, atol=1e-4)
         batches = _metric(s, "pt2serve_batches_total", "classifier")
-        assert 1 <= batches < 2 * len(xs), f"{batches} executions for {2 * len(xs)} concurrent requests"
+        assert batches == 1, f"{batches} executions for {2 * len(xs)} concurrent requests"
     finally:
         assert s.stop() == 0
 
@@ -319,18 +328,18 @@ def test_sigterm_finishes_the_request_in_flight_and_exits_0(exported, tmp_path):
     net, _, _ = exported("net_dynamic")
     (repo / "slow" / "1").mkdir(parents=True)
     os.link(net, repo / "slow" / "1" / "model.pt2")
-    (repo / "slow" / "config.json").write_text(json.dumps({"dynamic_batching": {"max_queue_delay_microseconds": 5000000}}))
+    # a batch waits up to 60 s (the longest delay there is) for more rows
+    (repo / "slow" / "config.json").write_text(json.dumps({"dynamic_batching": {"max_queue_delay_microseconds": 60000000}}))
     s = Serving(repo)
     x = np.ones((2, 3, 32, 32), np.float32)
     answer = infer_in_thread(s.url, "slow", x)
-    # once the server counts it, the request waits in the batch queue for up to 5 s (a fixed sleep here could send
-    # the signal before the request had arrived)
+    # once the server counts it, the request waits in the batch queue (a fixed sleep here could send the signal
+    # before the request had arrived)
     _wait_for(lambda: _metric(s, "pt2serve_requests_total", "slow") >= 1, "the request to reach the server", 30)
-    start = time.time()
     s.proc.send_signal(signal.SIGTERM)
-    assert answer().shape == (2, 8, 32, 32)
-    assert s.proc.wait(timeout=60) == 0
-    assert time.time() - start < 30
+    # the stop runs the waiting batch at once: these waits (a hang guard, 40 s) end before its 60 s delay could
+    assert answer(timeout=40).shape == (2, 8, 32, 32)
+    assert s.proc.wait(timeout=40) == 0
     log = [json.loads(line) for line in s.log.read_text().splitlines()]
     assert [e["msg"] for e in log][-1] == "stopped"
 
@@ -463,10 +472,10 @@ def test_a_full_queue_is_a_503_and_a_request_over_max_batch_size_runs_alone(expo
     net, _, _ = exported("net_dynamic")
     (repo / "tight" / "1").mkdir(parents=True)
     os.link(net, repo / "tight" / "1" / "model.pt2")
-    # a batch of 3 rows waits up to 3 s for one more row; another 3-row request cannot join it and waits in the
-    # queue (its one place); a third finds the queue full
+    # a batch of 3 rows waits up to 60 s (the longest delay there is: longer than this test) for one more row;
+    # another 3-row request cannot join it and waits in the queue (its one place); a third finds the queue full
     (repo / "tight" / "config.json").write_text(json.dumps(
-        {"max_batch_size": 4, "max_queue": 1, "dynamic_batching": {"max_queue_delay_microseconds": 3000000}}))
+        {"max_batch_size": 4, "max_queue": 1, "dynamic_batching": {"max_queue_delay_microseconds": 60000000}}))
     s = Serving(repo)
     try:
         x = np.ones((3, 3, 32, 32), np.float32)
@@ -478,8 +487,14 @@ def test_a_full_queue_is_a_503_and_a_request_over_max_batch_size_runs_alone(expo
         with pytest.raises(InferenceServerException) as err:
             infer(s.client, "tight", x)
         assert err.value.status() == "503" and "the queue is full (1 requests waiting" in err.value.message()
+        # a stop runs what waits (the batch and the queue) and answers it before the server exits
+        s.proc.send_signal(signal.SIGTERM)
         for answer in (first, second):
             assert answer().shape == (3, 8, 32, 32)
+    finally:
+        assert s.stop() == 0
+    s = Serving(repo)
+    try:
         big = np.random.default_rng(2).standard_normal((6, 3, 32, 32)).astype(np.float32)  # > max_batch_size 4
         torch.testing.assert_close(torch.from_numpy(infer(s.client, "tight", big).copy()), eager(exported, big))
     finally:
@@ -576,12 +591,13 @@ def test_models_are_replaced_and_unloaded_while_serving(exported, tmp_path):
         x = np.random.default_rng(3).standard_normal((2, 3, 32, 32)).astype(np.float32)
         expected = eager(exported, x).numpy()
         clients = ClientLoop(s.url, "swap", x, expected, version="1", threads=3)
-        time.sleep(0.5)
+        _wait_for(lambda: clients.served >= 3, "the clients' first answers")
         (repo / "swap" / "2").mkdir()
         os.link(op, repo / "swap" / "2" / "model.pt2")
         before = clients.served
         s.client.load_model("swap")
-        time.sleep(0.5)
+        after_load = clients.served
+        _wait_for(lambda: clients.served >= after_load + 3 or clients.errors, "answers after the reload")
         clients.stop()
         assert clients.errors == [] and clients.served > before > 0, (clients.served, clients.errors[:3])
 
@@ -806,6 +822,7 @@ def test_poll_mode_follows_the_repository_folder(exported, tmp_path):
             reloads = loads("a")
             (repo / "a" / "config.json").write_text(json.dumps({"dynamic_batching": False}))  # config changed
             _wait_for(lambda: loads("a") > reloads, "a reloaded for its new config")
+            _wait_for(lambda: clients.served > 0 or clients.errors, "an answer to the client on version 1")
         finally:
             clients.stop()
         assert clients.errors == [] and clients.served > 0, clients.errors[:3]
@@ -906,6 +923,7 @@ def test_a_long_run_of_reloads_and_unloads_leaks_nothing(exported, tmp_path):
         before = _resources(s.proc.pid, tmpdir)
         cycles(80)
         after = _resources(s.proc.pid, tmpdir)
+        _wait_for(lambda: clients.served > 0 or clients.errors, "an answer to the steady model's client")
         clients.stop()
         assert clients.errors == [] and clients.served > 0, clients.errors[:3]
         for key in ("threads", "fds", "tmp_files"):
@@ -1157,22 +1175,28 @@ def test_requests_being_received_are_bounded_together(exported, tmp_path):
                 c.sendall(head + part)
             except OSError:  # closed by the server while sending
                 closed_early += 1
-        time.sleep(1.5)
-        readable, _, _ = select.select(held, [], [], 0)  # the server sends nothing on these but its close
-        closed = len(readable)
-        for c in readable:
+        closed = set()
+
+        def closed_now() -> int:  # the server sends nothing on these but its close
+            readable, _, _ = select.select([c for c in held if c not in closed], [], [], 0)
+            closed.update(readable)
+            return len(closed)
+        # once the server has read all 90 MB, two 7.5 MB bodies fit in 16 MB and the other ten were closed
+        _wait_for(lambda: closed_now() >= 10, "ten connections closed")
+        for c in closed:
             with contextlib.suppress(OSError):
                 assert c.recv(1) == b"", "a connection past the bound got an answer"
         grown = _peak_rss_mb(s.proc.pid) - rss_before
-        print(f"12 x 7.5 MB against --max-buffered-mb 16: {closed} connections closed, peak RSS +{grown:.0f} MB")
-        assert 8 <= closed <= 10 and closed >= closed_early, (closed, closed_early)  # 2 x 7.5 MB fit in 16
+        print(f"12 x 7.5 MB against --max-buffered-mb 16: {len(closed)} connections closed, peak RSS +{grown:.0f} MB")
         assert grown < 40, f"peak RSS grew {grown:.0f} MB: the 90 MB sent were held"
         x = np.ones((1, 3, 32, 32), np.float32)
         torch.testing.assert_close(torch.from_numpy(infer(s.client, "net", x).copy()), eager(None, x))
+        assert closed_now() == 10 and len(closed) >= closed_early, (len(closed), closed_early)  # two held, within
         for c in held:
             c.close()
         held.clear()
-        time.sleep(0.5)
+        # the two it held, closed by this client, count until the server drops them: a body that passes the bound
+        # closes them (they hold the most), not itself
         for _ in range(3):  # whole bodies, one after another: each is read and answered (400: not JSON)
             status, answer = _post(s, "/v2/models/net/infer", b"[" + part, {"Content-Type": "application/json"})
             assert status == 400, (status, answer)
@@ -1186,13 +1210,13 @@ def test_requests_being_received_are_bounded_together(exported, tmp_path):
 def test_small_requests_go_on_while_the_buffered_bound_is_reached(exported, tmp_path):
     """Past --max-buffered-mb only a connection holding 64 KB or more is closed: here one body waits on a worker for
     its batch and holds the whole bound by itself; meanwhile the metrics, a health probe and the model's
-    metadata are answered, a second large body is closed unanswered, and the first is answered when its batch runs
-    (after 10 s: time enough for the rest on a busy machine)."""
+    metadata are answered, a second large body is closed unanswered, and the first is answered when a last small
+    request completes its batch (17 rows; or after 60 s, longer than the test)."""
     repo = tmp_path / "models"
     (repo / "slow" / "1").mkdir(parents=True)
     os.link(exported("net_dynamic")[0], repo / "slow" / "1" / "model.pt2")
     (repo / "slow" / "config.json").write_text(
-        json.dumps({"dynamic_batching": {"max_queue_delay_microseconds": 10_000_000}}))
+        json.dumps({"dynamic_batching": {"max_queue_delay_microseconds": 60_000_000, "preferred_batch_size": [17]}}))
     (repo / "fast" / "1").mkdir(parents=True)
     os.link(exported("net_dynamic")[0], repo / "fast" / "1" / "model.pt2")
     (repo / "fast" / "config.json").write_text(json.dumps({"dynamic_batching": False}))
@@ -1229,6 +1253,9 @@ def test_small_requests_go_on_while_the_buffered_bound_is_reached(exported, tmp_
                   b"Content-Length: 300000\r\n\r\n")
         assert answered.empty(), "the first request was answered before the rest was tried"
         assert _raw_exchange(s, second, [b" " * 100_000, b" " * 100_000]) == b""
+        assert answered.empty(), "the first request was answered before its batch was complete"
+        one = np.ones((1, 3, 32, 32), np.float32)  # 12 KB: under 64 KB, never closed for the bound
+        torch.testing.assert_close(torch.from_numpy(infer(s.client, "slow", one).copy()), eager(None, one))
         assert answered.get(timeout=60) == b"HTTP/1.1 200"
         assert "closing a connection" in s.log.read_text()
         # a whole request whose last bytes pass the bound: closed in the read that completes it, yet handed on and
@@ -1238,7 +1265,8 @@ def test_small_requests_go_on_while_the_buffered_bound_is_reached(exported, tmp_
         head, body = request(bound + 20 - len(head) - len(body), "fast")
         assert bound < len(head) + len(body) < bound + 30
         assert _raw_exchange(s, head, [body]) == b""
-        time.sleep(0.5)
+        _wait_for(lambda: _metric(s, "pt2serve_requests_total", "fast") >= 1, "the request to be handed on")
+        assert s.get("/v2/health/live")[0] == 200
         assert s.proc.poll() is None, f"pt2serve exited {s.proc.returncode}"
         assert s.get("/v2/health/live")[0] == 200
     finally:
@@ -1248,8 +1276,9 @@ def test_small_requests_go_on_while_the_buffered_bound_is_reached(exported, tmp_
 def test_a_thousand_slow_clients_do_not_keep_a_good_one_out(server):
     """64 connections sending a header byte every 2 s stopped all HTTP service (a thread per connection, 64 of
     them). Now 1,000 slow connections - a third never finishing their headers, a third their bodies, a third idle -
-    while a good client's requests and health probes are all answered, correctly. Their latency is reported (the
-    goal, p99 <= 1 s, is checked by benchmarks/serve_slow_clients.py)."""
+    while a good client's requests and health probes are all answered, correctly. Their latency is printed, not
+    judged here: the goal (a good client's p99 <= 1 s beside them) is measured by make bench (benchmarks/serve_bench.py
+    slow_clients)."""
     import resource
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     need = 1300
@@ -1276,7 +1305,7 @@ def test_a_thousand_slow_clients_do_not_keep_a_good_one_out(server):
 
         dripper = threading.Thread(target=drip)
         dripper.start()
-        client = tritonhttp.InferenceServerClient(server.url, connection_timeout=10, network_timeout=10)
+        client = tritonhttp.InferenceServerClient(server.url, connection_timeout=60, network_timeout=60)  # hang guards
         latencies = []
         for i in range(30):
             x = np.full((1, 3, 32, 32), float(i), np.float32)

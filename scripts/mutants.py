@@ -1,0 +1,348 @@
+"""Mutation check of the tests that guard the most important behaviour (scripts/mutants.sh runs this with the
+build's Python). Each mutant breaks one thing in the source; the build is redone and the tests that should notice
+are run; a mutant they do not kill fails the run. The source is restored after each mutant (and on exit).
+
+  mutants.py --build-dir DIR             every mutant; prints a table: mutant, killed or SURVIVED
+  mutants.py --build-dir DIR NAME...     the mutants whose names contain one of NAME
+  mutants.py --build-dir DIR --check     no build: each mutant's text occurs exactly once in its file, and each of
+                                         its selectors selects at least one test (make test runs this: a mutant
+                                         whose source moved or whose tests were renamed fails the tests)
+
+A selector is one of
+  ("ctest", REGEX)            ctest -R REGEX in the build
+  ("gtest", BINARY, FILTER)   a gtest binary of the build (bin/) with --gtest_filter=FILTER: one case of an
+                              entry that ctest runs whole (the bad-input matrix)
+  ("pytest", ARG...)          pytest with these arguments (files, -k EXPR)
+A mutant is killed when any of its selectors fails.
+"""
+
+import argparse
+import contextlib
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Mutant:
+    name: str
+    file: str
+    old: str
+    new: str
+    selectors: list
+
+
+MUTANTS: list[Mutant] = []
+
+
+def mutant(name, file, old, new, *selectors):
+    MUTANTS.append(Mutant(name, file, old, new, list(selectors)))
+
+
+def ctest(regex):
+    return ("ctest", regex)
+
+
+def gtest(binary, gtest_filter):
+    return ("gtest", binary, gtest_filter)
+
+
+def pytest(*args):
+    return ("pytest", *args)
+
+
+def matrix(*cases):
+    """Cases of the pt2run bad-input matrix (tests/cpp/test_pt2run_matrix.cpp), by name."""
+    return gtest("test_runtime", ":".join(f"Matrix/BadInput.*/{c}" for c in cases))
+
+
+# --- the runtime: golden comparison, inputs, ops libraries, packages, CPU variants, outputs
+mutant("close_enough always true", "runtime/src/runtime.cpp",
+       "  return at::allclose(a, e, tol.rtol, atol, /*equal_nan=*/true);", "  return true;",
+       ctest("^Verify[.]"))
+mutant("dynamic range not checked", "runtime/src/runtime.cpp",
+       "      if (size < dd.min || (dd.max && size > *dd.max)) {", "      if (false) {",
+       matrix("batch_above_range", "batch_zero"))
+mutant("registration not checked", "runtime/src/ops_libraries.cpp",
+       "  if (!missing.empty()) {", "  if (false) {",
+       matrix("ops_lacks_the_ops"), ctest("^RuntimeErrors[.]"))
+mutant("num_runners ignored (always 1)", "runtime/src/runtime.cpp",
+       "static_cast<size_t>(options.num_runners),", "size_t{1},",
+       ctest("^Runners[.]"))
+mutant("integers compared through double", "runtime/src/runtime.cpp",
+       "  if (!at::isFloatingType(expected.scalar_type())) return at::equal(actual.cpu(), expected.cpu());", "",
+       ctest("^Verify[.]"))
+mutant("spec integers accept floats", "runtime/src/parse_spec.cpp",
+       "  if (!j.is_number_integer()) malformed", "  if (!j.is_number()) malformed",
+       ctest("^fuzz_replay_spec"))
+mutant("schemas not compared", "runtime/src/ops_libraries.cpp",
+       "  if (!stale.empty()) {", "  if (false) {",
+       matrix("ops_stale_build", "ops_stale_op_schema", "ops_stale_class_schema"))
+mutant("outputs that alias handed out as they are", "runtime/src/runtime.cpp",
+       "    if (not_own) t = t.clone(at::MemoryFormat::Contiguous);", "",
+       ctest("OutputsAreOwned"))
+mutant("derived dim: any size accepted", "runtime/src/runtime.cpp",
+       "        if ((size - dd.offset) % dd.scale != 0) {", "        if (false) {",
+       pytest("tests/python/test_zoo.py", "-k", "derived_dims"))
+mutant("golden atol_rel ignored (fixed atol)", "runtime/src/runtime.cpp",
+       "  const double atol = tol.atol_rel && !fixed_atol ? *tol.atol_rel * scale : tol.atol;",
+       "  const double atol = tol.atol;",
+       pytest("tests/python/test_golden_rule.py"))
+mutant("library SHA-256 not compared", "runtime/src/extract.cpp",
+       "        if (digest != variant.sha256 || static_cast<int64_t>(bytes.size()) != variant.size) {",
+       "        if (false) {",
+       matrix("junk_model_library"), ctest("^RuntimeErrors[.]BadPackages$"))
+mutant("variant: a missing CPU feature ignored", "runtime/src/cpu_features.cpp",
+       "    } else if (!host_set().count(f)) {", "    } else if (false) {",
+       ctest("^Variants[.]"))
+mutant("variant: the first runnable, not the most specialised", "runtime/src/cpu_features.cpp",
+       "    if (!best || v.cpu_features.size() > spec.variants[*best].cpu_features.size()) best = i;",
+       "    if (!best) best = i;",
+       ctest("^Variants[.]"))
+mutant("C API: input errors reported as runtime errors", "runtime/src/c_api.cpp",
+       "    case pt2rt::ErrorCode::Input: return PT2RT_ERROR_INPUT;",
+       "    case pt2rt::ErrorCode::Input: return PT2RT_ERROR_RUNTIME;",
+       ctest("^CApi[.]"))
+mutant("C API: a program built for version 1 refused", "runtime/src/c_api.cpp",
+       "  if (header_version >= 1 && header_version <= PT2RT_C_API_VERSION) return PT2RT_OK;",
+       "  if (header_version == PT2RT_C_API_VERSION) return PT2RT_OK;",
+       ctest("c_api_consumers"))
+mutant("tensor writer: one tensor as a tuple", "runtime/src/tensor.cpp",
+       "  if (tensors.size() == 1) {", "  if (false) {",
+       ctest("Pt2run[.](RunWrites|OutputFiles)"))
+mutant("set_num_threads not applied on the calling thread", "runtime/src/runtime.cpp",
+       "  detail::apply_num_threads();", "",
+       ctest("NumThreadsHolds"))
+mutant("run_into: a dynamic dim not checked after the run", "runtime/src/runtime.cpp",
+       "    if (outs[i].sizes() != at::IntArrayRef(outputs[i].shape)) {", "    if (false) {",
+       ctest("RunInto"))
+mutant("run_into: a buffer overlapping an input accepted", "runtime/src/runtime.cpp",
+       "      if (in.device == o.device && overlap(", "      if (false && overlap(",
+       ctest("RunInto|CApi[.]Options"))
+mutant("load_from_memory: golden cases not kept", "runtime/src/runtime.cpp",
+       "  if (options.keep_package_open) impl->golden = impl->package->read(impl->spec.golden_record);", "",
+       ctest("FromMemory"))
+
+# --- the example ops
+mutant("set_weight ignores its argument", "ops/identity_conv_class.cpp",
+       "    weight_ = std::move(owned);", "    (void)owned;",
+       pytest("ops/tests/test_identity_conv_class.py"))
+
+# --- pt2serve
+mutant("pt2serve: request size not bounded", "serve/protocol.cpp",
+       "    if (d > 1 && span > limit / static_cast<size_t>(d)) {", "    if (false) {",
+       ctest("^fuzz_replay_(infer|grpc)_request"))
+mutant("pt2serve: every batched caller gets the first rows", "serve/model.cpp",
+       "      start += p->rows;", "",
+       pytest("tests/python/test_serve.py", "-k", "batched_and_each_gets_its_rows or classifier_batched"))
+mutant("pt2serve: JSON depth not checked", "serve/protocol.cpp",
+       "      if (++depth > max_depth) {", "      if (++depth > max_depth * 100000) {",
+       ctest("^fuzz_replay_infer_request"))
+mutant("pt2serve: decoded body not bounded", "serve/http_codec.cpp",
+       "    if (produced > max_bytes - out.size()) {", "    if (false) {",
+       pytest("tests/python/test_serve.py", "-k", "compressed_or_chunked"))
+mutant("pt2serve: JSON data read into the first input", "serve/http_infer.cpp",
+       "      const size_t k = stack_[1]->size() - 1;", "      const size_t k = 0;",
+       ctest("^fuzz_replay_infer_request"))
+mutant("pt2serve: header lines not bounded", "serve/http_service.cpp",
+       "    evhttp_set_max_headers_size(http, kMaxHeaderBytes);", "",
+       pytest("tests/python/test_serve.py", "-k", "header_line"))
+mutant("pt2serve: a stop does not wait for answers being written", "serve/http_service.cpp",
+       "    if (stopping && in_flight == 0 && unsent.empty()) event_base_loopexit(base, nullptr);",
+       "    if (stopping && in_flight == 0) event_base_loopexit(base, nullptr);",
+       pytest("tests/python/test_serve.py", "-k", "sigterm"))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+def text_problems(mutants):
+    """Each mutant's text must occur exactly once in its file: a mutant whose text is gone (or ambiguous) proves
+    nothing."""
+    bad = []
+    for m in mutants:
+        path = ROOT / m.file
+        count = path.read_text().count(m.old) if path.is_file() else 0
+        if count != 1:
+            bad.append(f"mutant '{m.name}': its text occurs {count} times in {m.file} (expected once): {m.old!r}")
+    return bad
+
+
+def ctest_program() -> str:
+    """The ctest beside this Python (the venv's CMake, which configured the build), else the one on PATH."""
+    return shutil.which("ctest", path=str(Path(sys.executable).parent)) or "ctest"
+
+
+def ctest_names(build_dir: Path) -> list[str]:
+    out = subprocess.run([ctest_program(), "--test-dir", str(build_dir), "-N"], capture_output=True, text=True,
+                         check=True)
+    return re.findall(r"^\s*Test\s+#\d+: (\S+)", out.stdout, re.M)
+
+
+def gtest_names(binary: Path) -> list[str]:
+    out = subprocess.run([str(binary), "--gtest_list_tests"], capture_output=True, text=True, check=True).stdout
+    names, suite = [], ""
+    for line in out.splitlines():
+        if not line.startswith(" "):
+            suite = line.split("#")[0].strip()
+        elif line.strip():
+            names.append(suite + line.split("#")[0].strip())
+    return names
+
+
+def gtest_matches(name: str, gtest_filter: str) -> bool:
+    """gtest's --gtest_filter: ':'-separated globs, then after '-' the negative ones."""
+    from fnmatch import fnmatchcase
+    positive, _, negative = gtest_filter.partition("-")
+    return (any(fnmatchcase(name, p) for p in (positive or "*").split(":"))
+            and not any(fnmatchcase(name, p) for p in negative.split(":") if p))
+
+
+def pytest_counts(arg_lists: list[tuple]) -> list[int]:
+    """How many tests each pytest selector collects, in this one process (a process per selector imports torch
+    again each time)."""
+    import pytest as pt
+
+    class Count:
+        n = 0
+
+        def pytest_collection_finish(self, session):
+            Count.n = len(session.items)
+
+    counts = []
+    for args in arg_lists:
+        Count.n = 0
+        with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
+            pt.main(["--collect-only", "-q", "-p", "no:cacheprovider", *args], plugins=[Count()])
+        counts.append(Count.n)
+    return counts
+
+
+def selector_problems(mutants, build_dir: Path):
+    """Each selector must select at least one test: a selector that names nothing passes with any mutant."""
+    bad = []
+    ctests = None
+    gtests: dict[str, list[str]] = {}
+    pytests = []
+    for m in mutants:
+        for sel in m.selectors:
+            if sel[0] == "ctest":
+                if ctests is None:
+                    ctests = ctest_names(build_dir)
+                n = sum(1 for t in ctests if re.search(sel[1], t))
+            elif sel[0] == "gtest":
+                if sel[1] not in gtests:
+                    gtests[sel[1]] = gtest_names(build_dir / "bin" / sel[1])
+                n = sum(1 for t in gtests[sel[1]] if gtest_matches(t, sel[2]))
+            else:
+                pytests.append((m, sel))
+                continue
+            if n == 0:
+                bad.append(f"mutant '{m.name}': its selector {describe(sel)} selects no test")
+    os.chdir(ROOT)
+    for (m, sel), n in zip(pytests, pytest_counts([sel[1:] for _, sel in pytests])):
+        if n == 0:
+            bad.append(f"mutant '{m.name}': its selector {describe(sel)} selects no test")
+    return bad
+
+
+def describe(sel) -> str:
+    return " ".join([sel[0], *map(shlex.quote, sel[1:])])
+
+
+def command(sel, build_dir: Path) -> list[str]:
+    if sel[0] == "ctest":
+        return [ctest_program(), "--test-dir", str(build_dir), "-R", sel[1], "--no-tests=error"]
+    if sel[0] == "gtest":
+        return [str(build_dir / "bin" / sel[1]), f"--gtest_filter={sel[2]}"]
+    return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *sel[1:]]
+
+
+def passes(sel, build_dir: Path, env) -> bool:
+    return subprocess.run(command(sel, build_dir), cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL).returncode == 0
+
+
+def build(build_dir: Path) -> bool:
+    cmake = shutil.which("cmake", path=str(Path(sys.executable).parent)) or "cmake"
+    return subprocess.run([cmake, "--build", str(build_dir)], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL).returncode == 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--build-dir", type=Path, required=True)
+    ap.add_argument("--check", action="store_true")
+    ap.add_argument("names", nargs="*")
+    a = ap.parse_args()
+    build_dir = a.build_dir.resolve()
+    n_export = sum(m.file.startswith("export_tools/") for m in MUTANTS)
+    n_serve = sum(m.file.startswith("serve/") for m in MUTANTS)
+
+    if a.check:
+        bad = text_problems(MUTANTS)
+        bad += selector_problems(MUTANTS, build_dir)
+        for line in bad:
+            print(line, file=sys.stderr)
+        print(f"{len(MUTANTS)} mutants ({n_export} in export_tools, {n_serve} in serve/): "
+              f"{len(MUTANTS) - len({b.split(chr(39))[1] for b in bad})} with their text exactly once and every "
+              "selector selecting a test")
+        return 1 if bad else 0
+
+    chosen = [m for m in MUTANTS if not a.names or any(n in m.name for n in a.names)]
+    if not chosen:
+        print(f"error: no mutant's name contains any of: {' '.join(a.names)}", file=sys.stderr)
+        return 2
+    bad = text_problems(chosen)
+    if bad:
+        print("\n".join(bad), file=sys.stderr)
+        return 2
+    if not build(build_dir):
+        print(f"error: cmake --build {build_dir} fails without any mutant", file=sys.stderr)
+        return 2
+    env = dict(os.environ, IDENTITY_CONV_OPS_LIBRARY=str(build_dir / "lib" / "libidentity_conv_ops.so"),
+               PT2RT_TEST_PACKAGES_DIR=str(build_dir / "test-packages"))
+    # Each selector must pass on the unmutated source, or a "killed" below would mean nothing.
+    for sel in dict.fromkeys(s for m in chosen for s in m.selectors):
+        if not passes(sel, build_dir, env):
+            print(f"error: fails without any mutant: {describe(sel)}", file=sys.stderr)
+            return 2
+
+    survived = 0
+    start = time.monotonic()
+    print(f"{'mutant':<64} result")
+    for m in chosen:
+        path = ROOT / m.file
+        original = path.read_text()
+        try:
+            path.write_text(original.replace(m.old, m.new))
+            if not build(build_dir):
+                result = "killed (does not build)"
+            else:
+                failing = next((s for s in m.selectors if not passes(s, build_dir, env)), None)
+                if failing:
+                    result = "killed by " + describe(failing)
+                else:
+                    result = "SURVIVED (" + "; ".join(map(describe, m.selectors)) + ")"
+                    survived += 1
+        finally:
+            path.write_text(original)
+        print(f"{m.name:<64} {result}", flush=True)
+    build(build_dir)
+    minutes = (time.monotonic() - start) / 60
+    if survived:
+        print(f"{survived} of {len(chosen)} mutants survived ({minutes:.0f} min)")
+        return 1
+    print(f"every mutant killed: {len(chosen)} ({minutes:.0f} min)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
