@@ -120,19 +120,26 @@ def ratios(points: list, clients: int) -> dict:
     return out
 
 
+SLOW_CLIENTS_GOAL_P99_MS = 1000.0  # docs/serving.md: a good client's p99 beside 1,000 slow connections
+
+
 def slow_clients(port: int, args) -> dict:
     """4 good clients on the example package alone, then beside 1,000 slow connections (benchmarks/serve_load.py
-    SlowClients): their p99 must stay within 1 s."""
+    SlowClients: a third never finish their headers, a third their bodies, a third send nothing): their p50 and
+    p99 beside them, against the goal p99 <= 1 s (a missed goal fails the benchmark)."""
     shape = PACKAGES["net"][0]
     alone = run_load("127.0.0.1", port, "net_nobatch", shape, 4, args.seconds)
     with SlowClients("127.0.0.1", port, 1000):
         beside = run_load("127.0.0.1", port, "net_nobatch", shape, 4, args.seconds)
     if not beside["requests"]:  # starved: not one answer in the window
         beside["failures"] = max(beside["failures"], 4)
-    out = {"alone": alone, "beside_1000_slow": beside,
+    goal_met = bool(beside["requests"]) and beside["p99_ms"] <= SLOW_CLIENTS_GOAL_P99_MS
+    out = {"alone": alone, "beside_1000_slow": beside, "goal_p99_ms": SLOW_CLIENTS_GOAL_P99_MS, "goal_met": goal_met,
            "p99_ratio": round(beside["p99_ms"] / alone["p99_ms"], 2) if alone["p99_ms"] and beside["p99_ms"] else None}
-    print(f"  pt2serve, 4 clients beside 1,000 slow connections: p99 {beside['p99_ms']} ms (alone {alone['p99_ms']} "
-          f"ms), failures {beside['failures']}", flush=True)
+    print(f"  pt2serve, 4 good clients beside 1,000 slow connections: p50 {beside['p50_ms']} ms, p99 "
+          f"{beside['p99_ms']} ms (alone: p50 {alone['p50_ms']}, p99 {alone['p99_ms']} ms), failures "
+          f"{beside['failures']}; goal p99 <= {SLOW_CLIENTS_GOAL_P99_MS:.0f} ms {'met' if goal_met else 'MISSED'}",
+          flush=True)
     return out
 
 
@@ -177,6 +184,8 @@ def main() -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--seconds", type=float, default=5.0, help="per point")
     p.add_argument("--concurrency", default=",".join(map(str, CONCURRENCY)))
+    p.add_argument("--slow-clients-only", action="store_true",
+                   help="only the good clients beside 1,000 slow connections (no sweep, no KServe)")
     args = p.parse_args()
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
     for f in (args.pt2serve, args.ops, args.package, args.conv_package, args.classifier_package):
@@ -206,10 +215,12 @@ def main() -> int:
         with Server("pt2serve", [str(args.pt2serve), "--model-repository", str(repo), "--http-port", str(port),
                                  "--grpc-port", "-1"], port, args.out / "pt2serve.log", server_cpus, server_env):
             for name, package, config in PT2SERVE_MODELS:
+                if args.slow_clients_only:
+                    break
                 sweep("pt2serve", "no batching" if name.endswith("_nobatch") else "batching", package, port, name,
                       args, points)
             slow = slow_clients(port, args)
-    if args.kserve_python:
+    if args.kserve_python and not args.slow_clients_only:
         env = {**server_env, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'ops' / 'python'}",
                "IDENTITY_CONV_OPS_LIBRARY": str(args.ops.resolve())}
         for package in PACKAGES:
@@ -224,12 +235,16 @@ def main() -> int:
               "seconds_per_point": args.seconds, "points": points, "slow_clients": slow,
               "ratios_at_16_clients": ratios(points, 16)}
     (args.out / "report.json").write_text(json.dumps(report, indent=1))
-    chart(points, args.out / "chart.png")
+    if points:
+        chart(points, args.out / "chart.png")
     print(json.dumps(report["ratios_at_16_clients"], indent=1))
     failed = sum(p["failures"] for p in points) + slow["beside_1000_slow"]["failures"]
     if failed:
         print(f"serve_bench: {failed} requests failed (see the logs in {args.out})", file=sys.stderr)
-    return 1 if failed else 0
+    if not slow["goal_met"]:
+        print(f"serve_bench: a good client's p99 beside 1,000 slow connections was {slow['beside_1000_slow']['p99_ms']} "
+              f"ms; the goal is <= {SLOW_CLIENTS_GOAL_P99_MS:.0f} ms", file=sys.stderr)
+    return 1 if failed or not slow["goal_met"] else 0
 
 
 if __name__ == "__main__":

@@ -160,6 +160,101 @@ mutant("pt2serve: a stop does not wait for answers being written", "serve/http_s
        "    if (stopping && in_flight == 0) event_base_loopexit(base, nullptr);",
        pytest("tests/python/test_serve.py", "-k", "sigterm"))
 
+mutant("pt2serve: a config integer past its range wraps", "serve/repository.cpp",
+       "? v.get<uint64_t>() <= static_cast<uint64_t>(hi) &&", "?",
+       pytest("tests/python/test_serve.py", "-k", "config_values_out_of_range"))
+mutant("pt2serve: a name starting with '.' is a model", "serve/repository.cpp",
+       "  const bool plain = !name.empty() && name.size() <= 255 && name[0] != '.' &&",
+       "  const bool plain = !name.empty() && name.size() <= 255 &&",
+       pytest("tests/python/test_serve.py", "-k", "refuses_dot_folders"))
+mutant("pt2serve gRPC: an unknown model is INVALID_ARGUMENT", "serve/grpc_service.cpp",
+       "      case ErrorKind::NotFound: return StatusCode::NOT_FOUND;",
+       "      case ErrorKind::NotFound: return StatusCode::INVALID_ARGUMENT;",
+       pytest("tests/python/test_serve.py", "-k", "grpc_errors_carry_the_protocol_status"))
+mutant("pt2serve gRPC: gzip requests inflated", "serve/grpc_service.cpp",
+       "  builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_GZIP, false);", "",
+       pytest("tests/python/test_serve.py", "-k", "grpc_compressed_requests_are_refused"))
+mutant("pt2serve: request bytes held not bounded together", "serve/http_service.cpp",
+       "    if (receiving_bytes + queued_bytes.load(std::memory_order_relaxed) > options.max_buffered_bytes) over_bound();",
+       "",
+       pytest("tests/python/test_serve.py", "-k", "bounded_together"))
+
+# --- pt2run's command line
+mutant("pt2run: a usage error exits 7, not 2", "runtime/cli/pt2run.cpp",
+       "    return pt2rt::exit_code(pt2rt::ErrorCode::Usage);",
+       "    return pt2rt::exit_code(pt2rt::ErrorCode::Runtime);",
+       matrix("no_subcommand", "run_without_output"))
+mutant("pt2run: --iters 0 accepted", "runtime/cli/pt2run.cpp",
+       '  bench->add_option("--iters", iters, "measured runs")->check(CLI::PositiveNumber);',
+       '  bench->add_option("--iters", iters, "measured runs");',
+       matrix("bench_zero_iters"))
+mutant("pt2run: error text printed as it is (control characters)", "runtime/cli/pt2run.cpp",
+       '<< pt2rt::error_code_name(e.code()) << "): " << printable(e.what()) << "\\n";',
+       '<< pt2rt::error_code_name(e.code()) << "): " << e.what() << "\\n";',
+       matrix("newline_in_op_name"))
+
+# --- which torch's packages load (runtime/src/compat.cpp)
+mutant("compat: a package of a newer torch loads", "runtime/src/compat.cpp",
+       "  if (made.major != here.major || made.minor > here.minor) {", "  if (made.major != here.major) {",
+       ctest("^Documented[.]APackageFromThisTorchOrAnOlderOne"))
+mutant("compat: a local version (+cpu) is no version", "runtime/src/compat.cpp",
+       "(tail != 0 && tail != '+' && tail != 'a'", "(tail != 0 && tail != 'a'",
+       ctest("^Documented[.]TheLocalVersionOfTorchIsNotCompared$"))
+
+# --- reused run memory (runtime/src/run_memory.cpp)
+mutant("run memory: freed blocks never reused", "runtime/src/run_memory.cpp",
+       "      if (it != free_.end() && it->first <= 2 * n) {", "      if (false) {",
+       ctest("^Runtime[.]ReusedRunMemoryMakesRunIntoAllocateNothingOnceWarm$"))
+mutant("run memory: a block handed out twice", "runtime/src/run_memory.cpp",
+       "        free_.erase(it);\n", "\n",
+       ctest("^Runtime[.]ReusedRunMemory"))
+
+# --- what a package may make the runtime read and write (extract.cpp, package.cpp)
+mutant("extract: a second library in the model folder accepted", "runtime/src/extract.cpp",
+       "  if (libraries != std::vector<std::string>{variant.record}) {", "  if (false) {",
+       matrix("second_library_in_model_folder"))
+mutant("extract: max_extracted_bytes not applied", "runtime/src/extract.cpp",
+       "  if (total > options.max_extracted_bytes) {", "  if (false) {",
+       ctest("^Loading[.]LimitsBoundWhatAPackageCanMakeUsReadAndWrite$"))
+mutant("package: a '..' record name accepted", "runtime/src/package.cpp",
+       "    if (part == \"..\") return \"a '..' component\";", "",
+       matrix("zip_slip"), ctest("^Loading[.]ZipSlip"))
+
+# --- export_tools
+mutant("export golden: integers compared with the float tolerance", "export_tools/golden.py",
+       "            rtol = atol = 0.0  # integers and bools compare exactly, as the runtime compares them",
+       "            pass",
+       pytest("tests/python/test_export.py", "-k", "golden_compare_takes_integers"))
+mutant("export golden: a degenerate output scaled like the others", "export_tools/golden.py",
+       "        atol = effective_atol(scale, atol, None if i in degenerate else atol_rel)",
+       "        atol = effective_atol(scale, atol, atol_rel)",
+       pytest("tests/python/test_golden_rule.py", "-k", "tolerance_scales"))
+mutant("export golden: 'non-finite only' said of finite differences too", "export_tools/golden.py",
+       "    if not torch.allclose(a[both].double(), e[both].double(), rtol=rtol, atol=atol):", "    if False:",
+       pytest("tests/python/test_export.py", "-k", "differs_only_where_eager_is_not_finite"))
+mutant("export compat: a package of a newer torch loads", "export_tools/compat.py",
+       "    if made[0] != here[0] or made[1] > here[1]:", "    if made[0] != here[0]:",
+       pytest("tests/python/test_compat.py", "-k", "loads_under_its_torch"))
+mutant("export compat: a package older than the range loads", "export_tools/compat.py",
+       "    if made < OLDEST:", "    if False:",
+       pytest("tests/python/test_compat.py", "-k", "loads_under_its_torch"))
+mutant("export: weights packed in the AVX2 variant too", "export_tools/passes.py",
+       '            and variant.name in (cpu.NATIVE, "avx512") and avx512 <= cpu.host_features()',
+       '            and variant.name in (cpu.NATIVE, "avx512", "avx2") and avx512 <= cpu.host_features()',
+       pytest("tests/python/test_export.py", "-k", "packed_only_in_variants"))
+mutant("export: ReLU left for oneDNN to fuse (NaN becomes 0)", "export_tools/passes.py",
+       "            if node.target is aten.relu.default:", "            if False:",
+       pytest("tests/python/test_export.py", "-k", "keeping_nan_as_eager"))
+mutant("export: a package that does not reproduce eager is written", "export_tools/export.py",
+       "            if failed:", "            if False:",
+       pytest("tests/python/test_export.py", "-k", "failed_verification_leaves_nothing_behind"))
+mutant("export: a dynamic batch range with min > max accepted", "export_tools/export.py",
+       "        if not 1 <= lo <= hi:", "        if not 1 <= lo:",
+       pytest("tests/python/test_export.py", "-k", "bad_arguments"))
+mutant("export: a CPU variant asked for twice accepted", "export_tools/cpu.py",
+       "    if len(set(names)) != len(names):", "    if False:",
+       pytest("tests/python/test_export.py", "-k", "bad_arguments"))
+
 
 # ---------------------------------------------------------------------------------------------------------------
 
@@ -220,7 +315,8 @@ def pytest_counts(arg_lists: list[tuple]) -> list[int]:
     for args in arg_lists:
         Count.n = 0
         with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
-            pt.main(["--collect-only", "-q", "-p", "no:cacheprovider", *args], plugins=[Count()])
+            pt.main(["--collect-only", "-q", "-p", "no:cacheprovider", *args],
+                    plugins=[Count()])
         counts.append(Count.n)
     return counts
 
@@ -293,7 +389,7 @@ def main() -> int:
             print(line, file=sys.stderr)
         print(f"{len(MUTANTS)} mutants ({n_export} in export_tools, {n_serve} in serve/): "
               f"{len(MUTANTS) - len({b.split(chr(39))[1] for b in bad})} with their text exactly once and every "
-              "selector selecting a test")
+              "selector selecting a test", file=sys.__stdout__, flush=True)
         return 1 if bad else 0
 
     chosen = [m for m in MUTANTS if not a.names or any(n in m.name for n in a.names)]
