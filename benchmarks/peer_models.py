@@ -176,6 +176,30 @@ class SpeechLSTM(nn.Module):
         return self.head(self.lstm(x)[0])
 
 
+# --- recurrent taggers -------------------------------------------------------------------------------------------
+
+class Tagger(nn.Module):
+    """A sequence tagger: token embeddings (10,000 x 256), a 2-layer bidirectional GRU, LSTM or plain RNN of 256,
+    a linear head of 32 tags per token (~18 MB of weights with the GRU)."""
+
+    def __init__(self, kind: str, vocab: int = 10_000, width: int = 256, layers: int = 2, tags: int = 32):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.rnn = {"gru": nn.GRU, "lstm": nn.LSTM, "rnn": nn.RNN}[kind](width, width, layers, batch_first=True,
+                                                                          bidirectional=True)
+        self.head = nn.Linear(2 * width, tags)
+
+    def forward(self, tokens):
+        return self.head(self.rnn(self.embed(tokens))[0])
+
+
+def _tagger(kind: str, seq: int):
+    def factory(batch: int = 1):
+        torch.manual_seed(0)
+        return _eval(Tagger(kind)), (torch.randint(0, 10_000, (batch, seq)),)
+    return factory
+
+
 def _eval(model: nn.Module) -> nn.Module:
     return model.eval().requires_grad_(False)
 
@@ -189,7 +213,8 @@ def _factory(make: type[nn.Module], *item_shape: int):
 
 MODELS = {"resnet18": _factory(ResNet18, 3, 224, 224), "mobilenet_v3_small": _factory(MobileNetV3Small, 3, 224, 224),
           "bert_base": _factory(BertEncoder, 128, 768), "vit_tiny": _factory(ViT, 3, 224, 224),
-          "lstm": _factory(SpeechLSTM, 100, 80)}
+          "lstm": _factory(SpeechLSTM, 100, 80), "gru_tagger": _tagger("gru", 64), "rnn_tagger": _tagger("rnn", 64),
+          "lstm_tagger": _tagger("lstm", 64), "gru_tagger_512": _tagger("gru", 512)}
 
 
 # --- ours alone: the peers cannot run a model with our op ---------------------------------------------------------

@@ -20,7 +20,7 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from . import compat, cpu, dynamic, libraries
+from . import compat, cpu, dynamic, libraries, recurrent
 from . import golden as _golden
 from ._version import read as _version
 from .errors import CpuVariantError, ExportError
@@ -134,6 +134,8 @@ def _export_checked(model, inputs, path, device, dims, golden, metadata, toleran
 
     with _stage("export"):
         ep = _export(model, inputs, dims)
+        if device == "cpu":
+            ep = recurrent.fuse(ep)
         used = _custom_calls(ep)
         spec = _spec(ep, path, device, dims, used, metadata, len(expected))
 
@@ -177,6 +179,12 @@ def _export_checked(model, inputs, path, device, dims, golden, metadata, toleran
             out.parent.mkdir()
             with _stage(f"compile ({name})"):
                 compiled.append((_compile(ep, out, name, optimize, device), out))
+            from . import passes
+            problem = _constants_problem(name, _library_bytes(out), weights_bytes(model),
+                                         passes.last_constants if device == "cpu" else [])
+            if problem:
+                log.warning("%s", problem)
+                warnings.warn(problem, stacklevel=2)
         with _stage("package"):
             _finish_package(compiled, final, spec, _golden.dumps(cases))
         with _stage("verify"):
@@ -458,6 +466,43 @@ def _tolerance_table(cases, overrides) -> dict[str, dict[str, float]]:
 
 
 OPTIMIZE = ("fold", "none")
+
+# A model library may hold its weights once, packed or padded (x 1.5), beside its code (10 MB): past that, a constant
+# is held several times - an unrolled loop over one weight packed per step made a 217 MB package of 19 MB of weights.
+CONSTANTS_FACTOR, CONSTANTS_SLACK_BYTES = 1.5, 10 * 2**20
+
+
+def weights_bytes(model: torch.nn.Module) -> int:
+    """The bytes of the model's parameters and buffers, each storage once."""
+    seen: dict[int, int] = {}
+    for t in [*model.parameters(), *model.buffers()]:
+        if t.device.type != "meta":
+            seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    return sum(seen.values())
+
+
+def _library_bytes(package: Path) -> int:
+    """The size of the compiled model libraries in a package (its constants are inside them)."""
+    import zipfile
+    with zipfile.ZipFile(package) as z:
+        return sum(i.file_size for i in z.infolist() if i.filename.endswith(".so"))
+
+
+def _constants_problem(variant: str, library_bytes: int, weights: int,
+                       constants: list[tuple[tuple[int, ...], str, int]]) -> str:
+    """'' when a variant's model library is within the bound; else one line saying by how much it is past it and
+    which constants repeat (by shape: the census of the frozen graph, passes.last_constants)."""
+    if library_bytes <= CONSTANTS_FACTOR * weights + CONSTANTS_SLACK_BYTES:
+        return ""
+    groups: dict[tuple, list[int]] = {}
+    for shape, dtype, nbytes in constants:
+        groups.setdefault((shape, dtype), []).append(nbytes)
+    repeated = sorted(((sum(b), len(b), key) for key, b in groups.items() if len(b) > 1), reverse=True)
+    what = (f"; most of it {repeated[0][1]} constants of shape {list(repeated[0][2][0])} {repeated[0][2][1]} "
+            f"({repeated[0][0] / 1e6:.1f} MB): one weight held once per use, as an unrolled loop would"
+            if repeated else "")
+    return (f"the {variant} model library is {library_bytes / 1e6:.1f} MB for {weights / 1e6:.1f} MB of parameters "
+            f"and buffers (expected at most {CONSTANTS_FACTOR}x + {CONSTANTS_SLACK_BYTES // 2**20} MB){what}")
 
 # Inductor's own parallel loops take their thread count from the process that runs the package (set_num_threads,
 # --intra-op-threads), not from the one that exported it: by default it writes the exporting process's count into

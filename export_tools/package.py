@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 import torch
 
-from . import compat, cpu, libraries
+from . import compat, cpu, libraries, recurrent
 from . import golden as _golden
 from .errors import ExportError
 
@@ -127,6 +127,7 @@ def load_package(package_path: str | os.PathLike, cpu_isa: str | None = None):
     from torch.export.pt2_archive._package import AOTICompiledModel
 
     spec = read_spec(package_path)
+    recurrent.load_for(spec)
     why = compat.why_not_loadable(spec["torch_version"])
     if why:
         raise ExportError(f"{package_path}: {why}")
@@ -139,6 +140,7 @@ def verify_package(package_path: str | os.PathLike,
     """Run each CPU variant that this machine can execute (a CUDA package's one) on the golden cases in Python;
     one report entry per variant and case. Variants this CPU cannot run are left out."""
     spec = read_spec(package_path)
+    recurrent.load_for(spec)
     libraries.check_registered(spec)
     table = {k: (v["rtol"], v["atol"], v.get("atol_rel")) for k, v in spec["golden"]["tolerances"].items()}
     table.update(tolerances or {})
@@ -165,6 +167,7 @@ def compare_package(package_path: str | os.PathLike, model: torch.nn.Module,
     inputs: one entry per variant, case and output, with the max abs error, the max error relative to the output's
     magnitude, and whether it is within the package's golden tolerances."""
     spec = read_spec(package_path)
+    recurrent.load_for(spec)
     libraries.check_registered(spec)
     table = {k: (v["rtol"], v["atol"], v.get("atol_rel")) for k, v in spec["golden"]["tolerances"].items()}
     degenerate = set(spec["golden"].get("degenerate_outputs", ()))

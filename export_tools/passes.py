@@ -117,11 +117,26 @@ class SharedWeightProducts(CustomGraphPass):
         return get_hash_for_files((__file__,))
 
 
+# The constants of the last CPU compile's graph after freezing, (shape, dtype name, bytes) each: the exporter's size
+# check names what repeats from it (export._constants_problem).
+last_constants: list[tuple[tuple[int, ...], str, int]] = []
+
+
+def _census(graph: torch.fx.Graph) -> None:
+    last_constants.clear()
+    for node in graph.nodes:
+        val = node.meta.get("val") if node.op == "get_attr" else None
+        if isinstance(val, torch.Tensor):
+            last_constants.append((tuple(int(d) for d in val.shape), str(val.dtype).removeprefix("torch."),
+                                   val.numel() * val.element_size()))
+
+
 class ProductRewrites(CustomGraphPass):
     """bmm(x, w shared) -> mm(rows of x, w[0]).view(...); addmm(b, x, w) -> mm(x, w) + b;
-    pointwise conv(x, w, b) -> conv(x, w) + b.view(1, K, 1, ...)."""
+    pointwise conv(x, w, b) -> conv(x, w) + b.view(1, K, 1, ...). Takes the census of the frozen constants first."""
 
     def __call__(self, graph: torch.fx.Graph) -> None:
+        _census(graph)
         for node in list(graph.nodes):
             if node.op != "call_function":
                 continue
@@ -222,14 +237,50 @@ _PACK_RULES = {"_is_packable_convolution": _packed_conv,
 _packing_on = False
 
 
+# layout operations the packing patterns apply to a weight before packing it (a linear layer's transpose)
+_WEIGHT_VIEWS = (aten.permute.default, aten.t.default, aten.transpose.int, aten.view.default, aten.reshape.default,
+                 aten.expand.default, aten.clone.default)
+
+
+def _one_pack_per_weight(graph: torch.fx.Graph) -> int:
+    """Merges the layout operations of one constant weight with the same arguments, so that inductor's duplicate
+    packing elimination (which merges packings of one input node) packs each weight once. Its patterns make a
+    transpose of the weight per product they pack: an unrolled recurrence (a GRU or RNN layer: a product per step by
+    one weight) was packed once per step - a 217 MB package for 19 MB of weights. Returns how many were merged."""
+    seen: dict[tuple, torch.fx.Node] = {}
+    merged = 0
+    for node in list(graph.nodes):
+        if (node.op != "call_function" or node.target not in _WEIGHT_VIEWS or not node.args
+                or not isinstance(node.args[0], torch.fx.Node) or node.args[0].op != "get_attr"):
+            continue
+        key = (node.target, repr(node.args), repr(sorted(node.kwargs.items())))
+        if key in seen:
+            node.replace_all_uses_with(seen[key])
+            graph.erase_node(node)
+            merged += 1
+        else:
+            seen[key] = node
+    return merged
+
+
 @functools.cache
 def _restrict_packing() -> bool:
-    """Our rules wrapped around inductor's checks, once per process (inductor registers its packing patterns once);
-    False where this torch's inductor lacks them (then nothing is packed)."""
+    """Our rules wrapped around inductor's checks, once per process (inductor registers its packing patterns once),
+    and each weight packed once (_one_pack_per_weight ahead of inductor's elimination of duplicate packings); False
+    where this torch's inductor lacks them (then nothing is packed)."""
     from torch._inductor import config
     from torch._inductor.fx_passes import freezing_patterns, mkldnn_fusion
 
     mkldnn_fusion._mkldnn_weight_pack_init()  # registers the packing patterns (functools.cache)
+    eliminate = getattr(mkldnn_fusion, "_eliminate_duplicate_packed_nodes", None)
+    if eliminate is None:
+        return False
+
+    def packed_once(gm, _eliminate=eliminate):
+        _one_pack_per_weight(gm.graph)
+        return _eliminate(gm)
+
+    mkldnn_fusion._eliminate_duplicate_packed_nodes = packed_once  # freezing_passes imports it when it runs
     found = set()
     for patterns in freezing_patterns.pass_patterns:
         for entries in patterns.patterns.values():

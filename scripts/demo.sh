@@ -75,5 +75,5 @@ wait "$serve_pid" || { echo "error: pt2serve exited $? after SIGTERM" >&2; exit 
 tail -2 "$SERVE_LOG"
 
 log "summary"
-echo "dist/ holds $(du -sh "$DIST" | cut -f1): bin/pt2run, bin/pt2serve, lib/ (libpt2rt, libidentity_conv_ops, libtorch), include/pt2rt,"
+echo "dist/ holds $(du -sh "$DIST" | cut -f1): bin/pt2run, bin/pt2serve, lib/ (libpt2rt, libpt2rt_kernels, libidentity_conv_ops, libtorch), include/pt2rt,"
 echo "lib/cmake/pt2rt, models/identity_conv_net.pt2 - move it anywhere; no Python needed there."

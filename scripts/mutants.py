@@ -255,6 +255,63 @@ mutant("export: a CPU variant asked for twice accepted", "export_tools/cpu.py",
        "    if len(set(names)) != len(names):", "    if False:",
        pytest("tests/python/test_export.py", "-k", "bad_arguments"))
 
+mutant("pt2serve: a folder starting with '.' is loaded as a model", "serve/repository.cpp",
+       "    if (e.is_directory() && e.path().filename().string().rfind('.', 0) != 0) out.push_back(e.path());",
+       "    if (e.is_directory()) out.push_back(e.path());",
+       pytest("tests/python/test_serve.py", "-k", "refuses_dot_folders"))
+mutant("pt2serve gRPC: a model that is not ready is INTERNAL", "serve/grpc_service.cpp",
+       "      case ErrorKind::Unavailable: return StatusCode::UNAVAILABLE;",
+       "      case ErrorKind::Unavailable: return StatusCode::INTERNAL;",
+       pytest("tests/python/test_serve.py", "-k", "grpc_errors_carry_the_protocol_status"))
+mutant("pt2serve gRPC: requested outputs ignored", "serve/grpc_infer.cpp",
+       "  for (const auto& o : q.outputs()) out.outputs.push_back(output_index(spec, o.name()));", "",
+       ctest("^fuzz_replay_grpc_request$"))
+mutant("pt2serve: released bodies still count against --max-buffered-mb", "serve/http_service.cpp",
+       "    queued_bytes -= r.counted;", "",
+       pytest("tests/python/test_serve.py", "-k", "bounded_together"))
+mutant("pt2serve metrics: failures reported as requests", "serve/http_service.cpp",
+       "      return std::to_string(m.stats().failures.load());",
+       "      return std::to_string(m.stats().requests.load());",
+       pytest("tests/python/test_serve.py", "-k", "metrics_count"))
+mutant("pt2serve: the runtime's input errors are 500s", "serve/protocol.cpp",
+       "    const bool client = e.code() == pt2rt::ErrorCode::Input || e.code() == pt2rt::ErrorCode::Usage;",
+       "    const bool client = false;",
+       pytest("tests/python/test_serve.py", "-k", "a_bad_request_is_a_400"))
+mutant("pt2serve: a full queue answered 500, not 503", "serve/protocol.cpp",
+       "    case ErrorKind::Unavailable: return 503;", "    case ErrorKind::Unavailable: return 500;",
+       pytest("tests/python/test_serve.py", "-k", "full_queue"))
+
+mutant("pt2run: verify exits 0 on a mismatch", "runtime/cli/pt2run.cpp",
+       "  return report.passed() ? kExitOk : kExitMismatch;", "  return kExitOk;",
+       ctest("^Verify[.]Pt2runExitsOneOnAMismatch$"))
+mutant("pt2run: --intra-op-threads 0 accepted", "runtime/cli/pt2run.cpp",
+       "      ->check(CLI::Range(1, 1024));", "      ->check(CLI::Range(0, 1024));",
+       ctest("^Pt2run[.]BenchTakesIntraOpThreads$"))
+mutant("compat: a package older than the range loads", "runtime/src/compat.cpp",
+       "  if (made.major == 2 && made.minor < kOldestMinor) {", "  if (false) {",
+       matrix("other_torch_version"))
+mutant("spec: a library named by a path accepted", "runtime/src/parse_spec.cpp",
+       "      if (lib.empty() || lib == \".\" || lib == \"..\" || lib.find('/') != std::string::npos ||",
+       "      if (lib.empty() || lib == \".\" || lib == \"..\" ||",
+       matrix("library_named_by_path"))
+mutant("run memory: the thread keeps the arena after the run", "runtime/src/run_memory.cpp",
+       "  t_arena = previous_;", "",
+       ctest("^Runtime[.]ReusedRunMemoryMakesRunIntoAllocateNothingOnceWarm$"))
+
+# --- recurrent layers (export_tools/recurrent.py, runtime/kernels)
+mutant("recurrent: layers left for inductor to unroll", "export_tools/recurrent.py",
+       "    calls = [n for n in _rnn_calls(ep) if _fusable(n)]", "    calls = []",
+       pytest("tests/python/test_recurrent.py", "-k", "rewritten_graph"))
+mutant("recurrent: a weight packed once per use", "export_tools/passes.py",
+       "        if key in seen:", "        if False:",
+       pytest("tests/python/test_recurrent.py", "-k", "one_transpose"))
+mutant("kernels: the GRU's update gate applied the wrong way round", "runtime/kernels/rnn_impl.h",
+       "          storev(y + j, n + z * (loadv(hp + j) - n));", "          storev(y + j, z + n * (loadv(hp + j) - z));",
+       pytest("tests/python/test_recurrent.py", "-k", "kernel_gives"))
+mutant("kernels: the reverse direction run forwards", "runtime/kernels/rnn.cpp",
+       "out.data_ptr<float>() + d * s.H, out_t, out_b, d == 1,", "out.data_ptr<float>() + d * s.H, out_t, out_b, false,",
+       ctest("^Runtime[.]RecurrentLayersRun"))
+
 
 # ---------------------------------------------------------------------------------------------------------------
 
@@ -404,6 +461,7 @@ def main() -> int:
         print(f"error: cmake --build {build_dir} fails without any mutant", file=sys.stderr)
         return 2
     env = dict(os.environ, IDENTITY_CONV_OPS_LIBRARY=str(build_dir / "lib" / "libidentity_conv_ops.so"),
+               PT2RT_KERNELS_LIBRARY=str(build_dir / "lib" / "libpt2rt_kernels.so"),
                PT2RT_TEST_PACKAGES_DIR=str(build_dir / "test-packages"))
     # Each selector must pass on the unmutated source, or a "killed" below would mean nothing.
     for sel in dict.fromkeys(s for m in chosen for s in m.selectors):

@@ -72,7 +72,8 @@ step "ctest (the ops library's and the runtime's C++ tests; packages exported by
   env "${cuda_env[@]}" PYTHONPATH="$ROOT:$ROOT/ops/python" ctest --test-dir "$build" --output-on-failure --no-tests=error -j "$(nproc)"
 ops=$build/lib/libidentity_conv_ops.so
 step "pytest under torch $version (ops/tests, test_compat.py, the export's packed weights and NaN)" \
-  env -C "$ROOT" IDENTITY_CONV_OPS_LIBRARY="$ops" PYTHONPATH="$ROOT:$ROOT/ops/python" \
+  env -C "$ROOT" IDENTITY_CONV_OPS_LIBRARY="$ops" PT2RT_KERNELS_LIBRARY="$build/lib/libpt2rt_kernels.so" \
+  PYTHONPATH="$ROOT:$ROOT/ops/python" \
   PT2RT_TEST_PACKAGES_DIR="$build/test-packages" \
   "$vpython" -m pytest -q -p no:cacheprovider -n "$(nproc)" ops/tests tests/python/test_compat.py \
   tests/python/test_export.py::test_optimize_folds_the_weights_by_default_keeping_nan_as_eager \

@@ -26,7 +26,7 @@ import torch
 
 import my_ops
 import export_tools
-from export_tools import compat, export_package, load_ops_library, read_spec
+from export_tools import compat, export_package, load_ops_library, read_spec, recurrent
 from my_ops import models
 from export_tools.package import SPEC_KEY
 
@@ -43,7 +43,8 @@ def fingerprint(probe_ops: Path, target: str | None, cpu_identity: str | None = 
     from export_tools import cpu
     h = hashlib.sha256(torch.__version__.encode() + str(target).encode())
     sources = sorted(Path(export_tools.__file__).parent.glob("*.py")) + sorted(Path(my_ops.__file__).parent.glob("*.py"))
-    for path in sources + [Path(__file__), my_ops.library_path(), probe_ops]:
+    kernels = recurrent.find_library()  # the recurrent package calls it
+    for path in sources + [Path(__file__), my_ops.library_path(), probe_ops] + ([kernels] if kernels else []):
         h.update(path.read_bytes())
     # the compiler by what it says it is, not by its path (scripts/emulate-x86.sh puts a wrapper in a new folder)
     version = subprocess.run([os.environ.get("CXX", "g++"), "--version"], capture_output=True, text=True).stdout
@@ -153,6 +154,19 @@ class Reductions(torch.nn.Module):
         return torch.stack([x.sum(), x.amax(), (x * x).mean()]), x.sum(dim=0)
 
 
+class Recurrent(torch.nn.Module):
+    """A 2-layer bidirectional GRU from a given state and a plain ReLU RNN without biases (batch first), which the
+    exporter runs through libpt2rt_kernels.so's pt2rt::rnn_layer: the runtime must find that library next to itself."""
+    def __init__(self):
+        super().__init__()
+        self.gru = torch.nn.GRU(6, 24, 2, bidirectional=True)
+        self.rnn = torch.nn.RNN(48, 20, nonlinearity="relu", bias=False, batch_first=True)
+
+    def forward(self, x, h0):
+        y, h = self.gru(x, h0)
+        return self.rnn(y.transpose(0, 1))[0], h
+
+
 def export_multi_io(out: Path) -> None:
     g = torch.Generator().manual_seed(11)
     model = MultiIO()
@@ -209,6 +223,9 @@ def main():
     export_package(Reductions(), [torch.randn(512, 256, generator=torch.Generator().manual_seed(5))],
                    out / "reductions.pt2", golden=2, cpu_isa="default")
     export_multi_io(out)
+    torch.manual_seed(12)
+    export_package(Recurrent().eval(), (torch.randn(9, 2, 6), torch.randn(4, 2, 24)), out / "recurrent.pt2", golden=2,
+                   cpu_isa="default")
 
     x = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(7))
     torch.save(x, out / "net_input.pt")

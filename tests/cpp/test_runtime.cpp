@@ -478,6 +478,20 @@ TEST(Runtime, ReductionsRunOnMoreThreadsThanTheExportHad) {
   pt2rt::set_num_threads(before);
 }
 
+// GRU and RNN layers run through libpt2rt_kernels.so's pt2rt::rnn_layer (export_tools/recurrent.py): a package
+// names that library like any ops library, and the runtime finds it next to libpt2rt.so with nothing given.
+TEST(Runtime, RecurrentLayersRunThroughTheKernelsLibraryNextToTheRuntime) {
+  const pt2rt::Runtime rt = pt2rt::Runtime::load(kPackages + "/recurrent.pt2");
+  ASSERT_EQ(rt.spec().custom_ops.size(), 1u);
+  EXPECT_EQ(rt.spec().custom_ops[0].name, "pt2rt::rnn_layer");
+  EXPECT_EQ(rt.spec().custom_ops[0].library, "libpt2rt_kernels.so");
+  ASSERT_EQ(rt.ops_libraries().size(), 1u);
+  EXPECT_EQ(fs::path(rt.ops_libraries()[0]).parent_path(), fs::path(PT2RT_LIBRARY).parent_path());
+  const pt2rt::VerifyReport report = rt.verify();
+  EXPECT_EQ(report.cases.size(), 2u);
+  for (const auto& c : report.cases) EXPECT_TRUE(c.passed) << c.name << ": " << c.reason;
+}
+
 TEST(RuntimeErrors, BadPackages) {
   const std::string bad = kPackages + "/bad/";
   EXPECT_ERROR(pt2rt::Runtime::load(kPackages + "/missing.pt2", with_ops()), pt2rt::ErrorCode::Package,

@@ -374,6 +374,54 @@ def test_a_dynamic_sequence_through_an_lstm_names_torchs_limit(tmp_path):
 
 
 
+class RecurrentStack(torch.nn.Module):
+    """GRU, plain RNN and LSTM layers (bidirectional, 256 wide, batch first) one after the other."""
+
+    def __init__(self):
+        super().__init__()
+        self.gru = torch.nn.GRU(64, 256, 2, batch_first=True, bidirectional=True)
+        self.rnn = torch.nn.RNN(512, 256, batch_first=True, bidirectional=True)
+        self.lstm = torch.nn.LSTM(512, 256, batch_first=True, bidirectional=True)
+        self.head = torch.nn.Linear(512, 8)
+
+    def forward(self, x):
+        return self.head(self.lstm(self.rnn(self.gru(x)[0])[0])[0])
+
+
+def test_recurrent_layers_hold_each_weight_once(tmp_path):
+    """inductor unrolls a GRU or RNN layer, a product per step by one recurrent weight; packed for oneDNN, each step
+    held its own copy (a 2-layer bidirectional GRU tagger over 64 steps: 217 MB for 19 MB of weights). Now the GRU and
+    RNN layers are one pt2rt::rnn_layer call each (export_tools.recurrent), the LSTM one oneDNN call, and each weight
+    is held once: the package stays within 1.5x its weights + 10 MB (here 16 steps: 72 MB when copied per step), and
+    matches eager (the export's golden check). test_recurrent.py: one transpose per weight, so
+    each is packed once, without the kernel too."""
+    from export_tools.export import CONSTANTS_FACTOR, CONSTANTS_SLACK_BYTES, weights_bytes
+
+    torch.manual_seed(0)
+    model = RecurrentStack().eval()
+    path = export_package(model, (torch.randn(1, 16, 64),), tmp_path / "rnn.pt2", golden=2)
+    assert [(op["name"], op["library"]) for op in read_spec(path)["custom_ops"]] == \
+        [("pt2rt::rnn_layer", "libpt2rt_kernels.so")]
+    with zipfile.ZipFile(path) as z:
+        library = sum(i.file_size for i in z.infolist() if i.filename.endswith(".so"))
+    weights = weights_bytes(model)
+    assert weights > 6e6
+    assert library <= CONSTANTS_FACTOR * weights + CONSTANTS_SLACK_BYTES, (library, weights)
+
+
+def test_a_library_past_its_weights_is_named_with_the_constant_that_repeats():
+    from export_tools.export import _constants_problem
+
+    mb = 2**20
+    assert _constants_problem("native", 20 * mb, 7 * mb, []) == ""
+    per_step = [((768, 256), "float32", 786432)] * 256 + [((32,), "float32", 128)]
+    problem = _constants_problem("native", 206 * mb, 7 * mb, per_step)
+    assert problem.startswith("the native model library is 216.0 MB for 7.3 MB of parameters and buffers "
+                              "(expected at most 1.5x + 10 MB); most of it 256 constants of shape [768, 256] "
+                              "float32 (201.3 MB)"), problem
+    assert "\n" not in problem
+
+
 def test_products_are_rewritten_where_atens_form_is_slow():
     """export_tools.passes.ProductRewrites on a traced graph: a linear layer's addmm becomes mm + add, the 1x1
     stride-1 convolution's bias moves to an add after it (NaN travelling as before); the 3x3 and the strided 1x1

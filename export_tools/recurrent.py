@@ -1,0 +1,140 @@
+"""GRU and plain RNN layers as one kernel call per layer, not a product per step.
+
+inductor decomposes `aten.gru` and `aten.rnn_tanh` / `aten.rnn_relu` into their steps: a 2-layer bidirectional GRU
+over 64 steps became 256 products by the recurrent weights, each a library call (7x slower than ONNX Runtime), and
+each packed its own copy of its weight (217 MB for 19 MB of weights). `fuse(ep)` rewrites each such call of a CPU
+float32 graph in inference into, per layer, the input gates of every step as one linear layer (both directions'
+weights stacked: one product, which inductor compiles and packs like any linear layer) and
+`pt2rt::rnn_layer` for the recurrence (runtime/kernels: libpt2rt_kernels.so, which the package then names as the
+library it needs; the runtime finds it next to libpt2rt.so). LSTM layers need none of this: inductor lowers them
+to oneDNN's RNN primitive, one call per layer.
+
+The kernels library is looked for in $PT2RT_KERNELS_LIBRARY, then this checkout's build tree, then
+<sys.prefix>/lib; without it the layers stay as inductor unrolls them (each weight still packed once:
+passes._one_pack_per_weight), with a warning.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+from . import libraries
+from .errors import OpsLibraryError
+
+aten = torch.ops.aten
+log = logging.getLogger("export_tools")
+
+LIBRARY_NAME = "libpt2rt_kernels.so"
+ENV_VAR = "PT2RT_KERNELS_LIBRARY"
+_MODES = {aten.gru.input: "gru", aten.rnn_tanh.input: "rnn_tanh", aten.rnn_relu.input: "rnn_relu"}
+_REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def library_candidates() -> list[Path]:
+    """Where libpt2rt_kernels.so is looked for after $PT2RT_KERNELS_LIBRARY, in order."""
+    flavour = "cuda" if torch.version.cuda else "cpu"
+    build = _REPO_ROOT / "build"
+    return [build / f"{flavour}-release" / "lib" / LIBRARY_NAME, build / f"{flavour}-debug" / "lib" / LIBRARY_NAME,
+            Path(sys.prefix) / "lib" / LIBRARY_NAME]
+
+
+def find_library() -> Path | None:
+    env = os.environ.get(ENV_VAR)
+    if env:
+        if not Path(env).is_file():
+            raise OpsLibraryError(f"{ENV_VAR}={env} does not name a file; expected the path of {LIBRARY_NAME}")
+        return Path(env)
+    return next((p for p in library_candidates() if p.is_file()), None)
+
+
+def load_for(spec: dict) -> None:
+    """Loads libpt2rt_kernels.so where a package's spec names it and it is not loaded yet (Python's loader and
+    verifier, as the runtime finds it next to libpt2rt.so)."""
+    if any(op["library"] == LIBRARY_NAME for op in spec.get("custom_ops", ())) and not _registered():
+        path = find_library()
+        if path is not None:
+            libraries.load_ops_library(path)
+
+
+def _registered() -> bool:
+    try:
+        torch._C._get_schema("pt2rt::rnn_layer", "")
+        return True
+    except RuntimeError:
+        return False
+
+
+def _rnn_calls(ep: torch.export.ExportedProgram) -> list[torch.fx.Node]:
+    return [n for n in ep.graph.nodes if n.op == "call_function" and n.target in _MODES]
+
+
+def _fusable(node: torch.fx.Node) -> bool:
+    x, hx, params, _has_biases, _layers, _dropout, train = node.args[:7]
+    vals = [a.meta.get("val") for a in (x, hx, *params)]
+    return (not train and all(isinstance(v, torch.Tensor) and v.dtype == torch.float32 and v.device.type == "cpu"
+                              for v in vals))
+
+
+def fuse(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+    """Rewrites ep's GRU and RNN calls (in place) as described above; returns ep."""
+    calls = [n for n in _rnn_calls(ep) if _fusable(n)]
+    if not calls:
+        return ep
+    path = find_library()
+    if path is None:
+        log.warning("%s not found (%s, %s): the model's recurrent layers are unrolled, a product per step - build "
+                    "the runtime (make build) or set %s", LIBRARY_NAME, ENV_VAR,
+                    ", ".join(str(p) for p in library_candidates()), ENV_VAR)
+        return ep
+    libraries.load_ops_library(path)
+    graph = ep.graph
+    for node in calls:
+        _replace(graph, node)
+    graph.eliminate_dead_code()
+    ep.graph_module.recompile()
+    return ep
+
+
+def _replace(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+    x, hx, params, has_biases, num_layers, _dropout, _train, bidirectional, batch_first = node.args
+    mode = _MODES[node.target]
+    directions = 2 if bidirectional else 1
+    per = 4 if has_biases else 2
+    rnn_layer = torch.ops.pt2rt.rnn_layer.default
+    with graph.inserting_before(node):
+        last_states = []
+        for layer in range(num_layers):
+            ws = [params[(layer * directions + d) * per:(layer * directions + d + 1) * per] for d in range(directions)]
+            w_ih = [w[0] for w in ws]
+            stacked = w_ih[0] if directions == 1 else graph.call_function(aten.cat.default, (w_ih, 0))
+            if has_biases:
+                b_ih = [w[2] for w in ws]
+                bias = b_ih[0] if directions == 1 else graph.call_function(aten.cat.default, (b_ih, 0))
+                gi = graph.call_function(aten.linear.default, (x, stacked, bias))
+            else:
+                gi = graph.call_function(aten.linear.default, (x, stacked))
+            # W_hh transposed and contiguous (row k: what h[k] adds to each gate): folded into a constant
+            whh_t = [graph.call_function(aten.clone.default, (graph.call_function(aten.t.default, (w[1],)),),
+                                         {"memory_format": torch.contiguous_format}) for w in ws]
+            if has_biases:
+                bhh = [w[3] for w in ws]
+            else:
+                bhh = [graph.call_function(aten.new_zeros.default, (w[1], [w[1].meta["val"].shape[0]])) for w in ws]
+            h0 = graph.call_function(aten.slice.Tensor, (hx, 0, layer * directions, (layer + 1) * directions))
+            call = graph.call_function(rnn_layer, (gi, h0, whh_t, bhh, mode, batch_first))
+            x = graph.call_function(operator.getitem, (call, 0))
+            last_states.append(graph.call_function(operator.getitem, (call, 1)))
+        h_n = last_states[0] if num_layers == 1 else graph.call_function(aten.cat.default, (last_states, 0))
+    for user in list(node.users):
+        if user.op == "call_function" and user.target is operator.getitem:
+            replacement = x if user.args[1] == 0 else h_n
+            replacement.meta.update({k: v for k, v in user.meta.items() if k == "val"})
+            user.replace_all_uses_with(replacement)
+            graph.erase_node(user)
+    graph.erase_node(node)

@@ -1,0 +1,4 @@
+// The recurrence for any CPU (x86-64's SSE2, or the target's own vectors).
+#include "rnn_impl.h"
+
+pt2rt::kernels::RnnStepsFn pt2rt::kernels::rnn_steps_baseline() { return &rnn_steps; }

@@ -1,0 +1,173 @@
+"""GRU and plain RNN layers as one kernel call per layer (export_tools.recurrent, libpt2rt_kernels.so's
+pt2rt::rnn_layer): the kernel against torch's modules, the graph rewrite against the eager model, without compiling
+(test_export.py's recurrent test compiles one package; the C++ tests run another through the runtime)."""
+
+import logging
+
+import pytest
+import torch
+
+from export_tools import OpsLibraryError, libraries, recurrent
+
+CONFIGS = [  # kind, input, hidden, layers, bidirectional, batch_first, batch, steps, bias
+    ("gru", 5, 6, 1, False, False, 2, 7, True),
+    ("gru", 80, 256, 2, True, True, 1, 64, True),
+    ("gru", 17, 20, 3, True, False, 3, 5, False),
+    ("rnn_tanh", 8, 33, 2, False, True, 4, 9, True),
+    ("rnn_tanh", 12, 64, 2, True, False, 2, 11, True),
+    ("rnn_relu", 7, 17, 2, True, True, 3, 6, False),
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kernels():
+    path = recurrent.find_library()
+    assert path is not None, f"{recurrent.LIBRARY_NAME} not found: build first or set {recurrent.ENV_VAR}"
+    libraries.load_ops_library(path)
+
+
+def module(kind, i, h, layers, bi, bf, bias):
+    if kind == "gru":
+        return torch.nn.GRU(i, h, layers, bias=bias, batch_first=bf, bidirectional=bi).eval()
+    return torch.nn.RNN(i, h, layers, nonlinearity=kind.removeprefix("rnn_"), bias=bias, batch_first=bf,
+                        bidirectional=bi).eval()
+
+
+def layer_by_kernel(m, kind, layer, x, h0):
+    """One layer of m through pt2rt::rnn_layer, with the input gates as the exporter computes them."""
+    directions = 2 if m.bidirectional else 1
+    names = [f"_l{layer}" + ("_reverse" if d else "") for d in range(directions)]
+    w_ih = torch.cat([getattr(m, "weight_ih" + n) for n in names])
+    b_ih = torch.cat([getattr(m, "bias_ih" + n) for n in names]) if m.bias else None
+    gates = getattr(m, "weight_hh" + names[0]).shape[0]
+    whh_t = [getattr(m, "weight_hh" + n).t().contiguous() for n in names]
+    bhh = [getattr(m, "bias_hh" + n) if m.bias else torch.zeros(gates) for n in names]
+    return torch.ops.pt2rt.rnn_layer(torch.nn.functional.linear(x, w_ih, b_ih), h0, whh_t, bhh, kind, m.batch_first)
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: "-".join(map(str, c)))
+def test_the_kernel_gives_torchs_answer(config):
+    kind, i, h, layers, bi, bf, batch, steps, bias = config
+    torch.manual_seed(0)
+    m = module(kind, i, h, layers, bi, bf, bias)
+    d = 2 if bi else 1
+    x = torch.randn(batch, steps, i) if bf else torch.randn(steps, batch, i)
+    h0 = torch.randn(layers * d, batch, h)
+    with torch.no_grad():
+        expected, expected_h = m(x, h0)
+        y, states = x, []
+        for layer in range(layers):
+            y, hn = layer_by_kernel(m, kind, layer, y, h0[layer * d:(layer + 1) * d])
+            states.append(hn)
+    torch.testing.assert_close(y, expected, rtol=1e-5, atol=2e-6)
+    torch.testing.assert_close(torch.cat(states), expected_h, rtol=1e-5, atol=2e-6)
+
+
+def test_non_finite_values_travel_as_in_torch():
+    torch.manual_seed(1)
+    for kind in ("gru", "rnn_tanh", "rnn_relu"):
+        m = module(kind, 4, 40, 1, True, False, True)
+        x = torch.randn(6, 2, 4)
+        x[2, 0, 1], x[4, 1, 3] = float("nan"), float("inf")
+        h0 = torch.zeros(2, 2, 40)
+        with torch.no_grad():
+            expected, _ = m(x, h0)
+            got, _ = layer_by_kernel(m, kind, 0, x, h0)
+        assert torch.equal(got.isnan(), expected.isnan()), kind
+        assert expected.isnan().any()
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=2e-6, equal_nan=True)
+
+
+def test_bad_arguments_are_refused_naming_what():
+    gi, h0 = torch.zeros(5, 2, 3 * 8), torch.zeros(1, 2, 8)
+    w, b = torch.zeros(8, 24), torch.zeros(24)
+    with pytest.raises(RuntimeError, match="mode must be gru, rnn_tanh or rnn_relu, got 'lstm'"):
+        torch.ops.pt2rt.rnn_layer(gi, h0, [w], [b], "lstm", False)
+    with pytest.raises(RuntimeError, match=r"direction 0: expected W_hh\^T \[8, 24\] and b_hh \[24\]"):
+        torch.ops.pt2rt.rnn_layer(gi, h0, [torch.zeros(24, 8)], [b], "gru", False)
+    with pytest.raises(RuntimeError, match="expected 1 or 2 directions"):
+        torch.ops.pt2rt.rnn_layer(gi, h0, [w, w, w], [b, b, b], "gru", False)
+    with pytest.raises(RuntimeError, match="expected float32 gi and h0"):
+        torch.ops.pt2rt.rnn_layer(gi.double(), h0.double(), [w], [b], "gru", False)
+
+
+class Stack(torch.nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        kind, i, h, layers, bi, bf, _, _, bias = config
+        self.rnn = module(kind, i, h, layers, bi, bf, bias)
+        self.head = torch.nn.Linear(h * (2 if bi else 1), 3)
+
+    def forward(self, x, h0):
+        y, hn = self.rnn(x, h0)
+        return self.head(y), hn
+
+
+@pytest.mark.parametrize("config", CONFIGS[:1] + CONFIGS[2:], ids=lambda c: "-".join(map(str, c)))
+def test_the_rewritten_graph_gives_the_eager_answer_with_one_call_per_layer(config):
+    kind, i, h, layers, bi, bf, batch, steps, bias = config
+    torch.manual_seed(2)
+    model = Stack(config).eval()
+    d = 2 if bi else 1
+    x = torch.randn(batch, steps, i) if bf else torch.randn(steps, batch, i)
+    h0 = torch.randn(layers * d, batch, h)
+    ep = recurrent.fuse(torch.export.export(model, (x, h0), strict=False))
+    targets = [n.target for n in ep.graph.nodes if n.op == "call_function"]
+    assert targets.count(torch.ops.pt2rt.rnn_layer.default) == layers
+    assert not any(t in (torch.ops.aten.gru.input, torch.ops.aten.rnn_tanh.input, torch.ops.aten.rnn_relu.input)
+                   for t in targets)
+    with torch.no_grad():
+        expected = model(x, h0)
+        got = ep.module()(x, h0)
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e, rtol=1e-5, atol=2e-6)
+
+
+def test_without_the_library_the_layers_stay_unrolled_with_a_warning(monkeypatch):
+    model = Stack(CONFIGS[0]).eval()
+    args = (torch.randn(7, 2, 5), torch.randn(1, 2, 6))
+    monkeypatch.setattr(recurrent, "find_library", lambda: None)
+    said = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: said.append(record.getMessage())
+    logging.getLogger("export_tools").addHandler(handler)
+    try:
+        ep = recurrent.fuse(torch.export.export(model, args, strict=False))
+    finally:
+        logging.getLogger("export_tools").removeHandler(handler)
+    assert any(n.target is torch.ops.aten.gru.input for n in ep.graph.nodes)
+    assert len(said) == 1 and "libpt2rt_kernels.so not found" in said[0] and "unrolled" in said[0], said
+
+
+def test_a_kernels_library_named_that_does_not_exist_is_an_error(monkeypatch, tmp_path):
+    monkeypatch.setenv(recurrent.ENV_VAR, str(tmp_path / "nope.so"))
+    with pytest.raises(OpsLibraryError, match=f"{recurrent.ENV_VAR}=.*nope.so does not name a file"):
+        recurrent.find_library()
+
+
+def test_training_mode_and_other_dtypes_are_left_to_torch():
+    model = Stack(CONFIGS[0]).double().eval()
+    args = (torch.randn(7, 2, 5, dtype=torch.float64), torch.randn(1, 2, 6, dtype=torch.float64))
+    ep = recurrent.fuse(torch.export.export(model, args, strict=False))
+    assert any(n.target is torch.ops.aten.gru.input for n in ep.graph.nodes)
+
+
+def test_one_transpose_per_weight_so_each_is_packed_once():
+    """Without the kernel, inductor's packing patterns transpose a weight per product they pack; the transposes of
+    one constant merge into one (passes._one_pack_per_weight), which inductor's duplicate elimination then packs
+    once."""
+    from export_tools import passes
+
+    aten = torch.ops.aten
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    w, other = g.get_attr("w"), g.get_attr("other")
+    uses = [g.call_function(aten.permute.default, (w, [1, 0])) for _ in range(5)]
+    kept = g.call_function(aten.permute.default, (other, [1, 0]))
+    dims = g.call_function(aten.permute.default, (w, [0, 1]))  # another transpose of w: its own
+    outs = [g.call_function(aten.mm.default, (x, t)) for t in [*uses, kept, dims]]
+    g.output(outs)
+    assert passes._one_pack_per_weight(g) == 4
+    transposes = [n for n in g.nodes if n.target is aten.permute.default]
+    assert len(transposes) == 3
+    assert len({o.args[1] for o in outs[:5]}) == 1
