@@ -1,5 +1,6 @@
-// pt2rt::rnn_layer: the recurrence of a GRU or plain RNN layer (torch.nn.GRU, torch.nn.RNN) as one kernel call,
-// which the exporter puts where inductor would unroll it into a product per step (export_tools/recurrent.py). The
+// pt2rt::rnn_layer and pt2rt::lstm_layer: the recurrence of a GRU, plain RNN or LSTM layer (torch.nn.GRU, RNN, LSTM)
+// as one kernel call, which the exporter puts where inductor would unroll it into a product per step, or call
+// oneDNN's RNN primitive per layer and direction (export_tools/recurrent.py). The
 // layer's input projection for every step stays in the graph, one matrix product that inductor compiles (and packs
 // where it packs products); the recurrence runs in rnn_impl.h, the directions of a bidirectional layer on threads of
 // their own when the intra-op thread count allows.
@@ -45,69 +46,100 @@ RnnMode parse_mode(const std::string& mode) {
   TORCH_CHECK(false, "pt2rt::rnn_layer: mode must be gru, rnn_tanh or rnn_relu, got '", mode, "'");
 }
 
+const char* op_name(RnnMode mode) { return mode == RnnMode::Lstm ? "pt2rt::lstm_layer" : "pt2rt::rnn_layer"; }
+
 struct Shapes {
   int64_t T, B, H, D, G;
 };
 
 // gi: [T, B, D * G] (batch_first: [B, T, D * G]), the input gates of every step, direction after direction;
-// h0: [D, B, H]; per direction W_hh^T [H, G] and b_hh [G].
-Shapes check(const at::Tensor& gi, const at::Tensor& h0, at::TensorList whh_t, at::TensorList bhh, RnnMode mode,
-             bool batch_first) {
+// h0 (and an LSTM's c0): [D, B, H]; per direction W_hh packed in panels [G_p / kPanel, H, kPanel] and b_hh [G_p]
+// (G_p = padded_gates(G); rnn_kernel.h).
+Shapes check(const at::Tensor& gi, const at::Tensor& h0, const at::Tensor* c0, at::TensorList whh_t,
+             at::TensorList bhh, RnnMode mode, bool batch_first) {
+  const char* op = op_name(mode);
   const auto D = static_cast<int64_t>(whh_t.size());
-  TORCH_CHECK((D == 1 || D == 2) && bhh.size() == whh_t.size(),
-              "pt2rt::rnn_layer: expected 1 or 2 directions, a W_hh^T and a b_hh each; got ", whh_t.size(), " and ",
-              bhh.size());
-  TORCH_CHECK(gi.dim() == 3 && h0.dim() == 3 && h0.size(0) == D,
-              "pt2rt::rnn_layer: expected gi [T, B, D*G] and h0 [D, B, H], got ", gi.sizes(), " and ", h0.sizes());
+  TORCH_CHECK((D == 1 || D == 2) && bhh.size() == whh_t.size(), op,
+              ": expected 1 or 2 directions, a W_hh^T and a b_hh each; got ", whh_t.size(), " and ", bhh.size());
+  TORCH_CHECK(gi.dim() == 3 && h0.dim() == 3 && h0.size(0) == D, op, ": expected gi [T, B, D*G] and h0 [D, B, H], got ",
+              gi.sizes(), " and ", h0.sizes());
   const int64_t T = gi.size(batch_first ? 1 : 0), B = gi.size(batch_first ? 0 : 1), H = h0.size(2);
-  const int64_t G = mode == RnnMode::Gru ? 3 * H : H;
-  TORCH_CHECK(h0.size(1) == B && gi.size(2) == D * G, "pt2rt::rnn_layer: gi ", gi.sizes(), " and h0 ", h0.sizes(),
+  const int64_t G = mode == RnnMode::Gru ? 3 * H : mode == RnnMode::Lstm ? 4 * H : H;
+  TORCH_CHECK(h0.size(1) == B && gi.size(2) == D * G, op, ": gi ", gi.sizes(), " and h0 ", h0.sizes(),
               " do not agree (expected ", D * G, " gates per row and ", B, " rows)");
+  TORCH_CHECK(c0 == nullptr || c0->sizes() == h0.sizes(), op, ": expected c0 shaped like h0 ", h0.sizes(), ", got ",
+              c0 ? c0->sizes() : at::IntArrayRef{});
+  const int64_t Gp = pt2rt::kernels::padded_gates(G), panel = pt2rt::kernels::kPanel;
   for (int64_t d = 0; d < D; ++d) {
-    TORCH_CHECK(whh_t[d].sizes() == at::IntArrayRef({H, G}) && bhh[d].sizes() == at::IntArrayRef({G}),
-                "pt2rt::rnn_layer: direction ", d, ": expected W_hh^T [", H, ", ", G, "] and b_hh [", G, "], got ",
-                whh_t[d].sizes(), " and ", bhh[d].sizes());
+    TORCH_CHECK(whh_t[d].sizes() == at::IntArrayRef({Gp / panel, H, panel}) && bhh[d].sizes() == at::IntArrayRef({Gp}),
+                op, ": direction ", d, ": expected W_hh packed [", Gp / panel, ", ", H, ", ", panel, "] and b_hh [",
+                Gp, "], got ", whh_t[d].sizes(), " and ", bhh[d].sizes());
   }
   return {T, B, H, D, G};
 }
 
-std::tuple<at::Tensor, at::Tensor> rnn_layer_cpu(const at::Tensor& gi_in, const at::Tensor& h0_in,
-                                                 at::TensorList whh_t_in, at::TensorList bhh_in, std::string mode_name,
-                                                 bool batch_first) {
-  const RnnMode mode = parse_mode(mode_name);
-  const Shapes s = check(gi_in, h0_in, whh_t_in, bhh_in, mode, batch_first);
-  TORCH_CHECK(gi_in.scalar_type() == at::kFloat && h0_in.scalar_type() == at::kFloat,
-              "pt2rt::rnn_layer: expected float32 gi and h0, got ", gi_in.scalar_type(), " and ", h0_in.scalar_type());
+std::vector<int64_t> out_shape(const Shapes& s, bool batch_first) {
+  return batch_first ? std::vector<int64_t>{s.B, s.T, s.D * s.H} : std::vector<int64_t>{s.T, s.B, s.D * s.H};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> run_layer(const at::Tensor& gi_in, const at::Tensor& h0_in,
+                                                         const at::Tensor* c0_in, at::TensorList whh_t_in,
+                                                         at::TensorList bhh_in, RnnMode mode, bool batch_first) {
+  const Shapes s = check(gi_in, h0_in, c0_in, whh_t_in, bhh_in, mode, batch_first);
+  TORCH_CHECK(gi_in.scalar_type() == at::kFloat && h0_in.scalar_type() == at::kFloat &&
+                  (c0_in == nullptr || c0_in->scalar_type() == at::kFloat),
+              op_name(mode), ": expected float32 gates and states, got ", gi_in.scalar_type(), " and ",
+              h0_in.scalar_type());
   const RnnStepsFn steps = steps_fn();
   const at::Tensor gi = gi_in.contiguous(), h0 = h0_in.contiguous();
+  const at::Tensor c0 = c0_in ? c0_in->contiguous() : at::Tensor();
   std::vector<at::Tensor> whh_t, bhh;
   for (int64_t d = 0; d < s.D; ++d) {
     whh_t.push_back(whh_t_in[d].to(at::kFloat).contiguous());
     bhh.push_back(bhh_in[d].to(at::kFloat).contiguous());
   }
-  at::Tensor out = at::empty(batch_first ? at::IntArrayRef({s.B, s.T, s.D * s.H}) : at::IntArrayRef({s.T, s.B, s.D * s.H}),
-                             gi.options());
+  at::Tensor out = at::empty(out_shape(s, batch_first), gi.options());
   at::Tensor hn = at::empty({s.D, s.B, s.H}, gi.options());
+  at::Tensor cn = c0_in ? at::empty({s.D, s.B, s.H}, gi.options()) : at::Tensor();
   // a (t, b) row's offset in gi and out: time-major or batch-first
   const int64_t gi_t = batch_first ? s.D * s.G : s.B * s.D * s.G, gi_b = batch_first ? s.T * s.D * s.G : s.D * s.G;
   const int64_t out_t = batch_first ? s.D * s.H : s.B * s.D * s.H, out_b = batch_first ? s.T * s.D * s.H : s.D * s.H;
   // the directions at once where there are threads for them (each step waits for the one before)
   at::parallel_for(0, s.D, 1, [&](int64_t d0, int64_t d1) {
-    std::vector<float> scratch(static_cast<size_t>(s.B * s.G));
+    std::vector<float> scratch(static_cast<size_t>(s.B * (pt2rt::kernels::padded_gates(s.G) + s.H)));
     for (int64_t d = d0; d < d1; ++d) {
       steps(mode, s.T, s.B, s.H, gi.data_ptr<float>() + d * s.G, gi_t, gi_b, whh_t[d].data_ptr<float>(),
-            bhh[d].data_ptr<float>(), h0[d].data_ptr<float>(), out.data_ptr<float>() + d * s.H, out_t, out_b, d == 1,
-            hn[d].data_ptr<float>(), scratch.data());
+            bhh[d].data_ptr<float>(), h0[d].data_ptr<float>(), c0_in ? c0[d].data_ptr<float>() : nullptr,
+            out.data_ptr<float>() + d * s.H, out_t, out_b, d == 1, hn[d].data_ptr<float>(),
+            c0_in ? cn[d].data_ptr<float>() : nullptr, scratch.data());
     }
   });
+  return {out, hn, cn};
+}
+
+std::tuple<at::Tensor, at::Tensor> rnn_layer_cpu(const at::Tensor& gi, const at::Tensor& h0, at::TensorList whh_t,
+                                                 at::TensorList bhh, std::string mode, bool batch_first) {
+  auto [out, hn, cn] = run_layer(gi, h0, nullptr, whh_t, bhh, parse_mode(mode), batch_first);
   return {out, hn};
 }
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor> lstm_layer_cpu(const at::Tensor& gi, const at::Tensor& h0,
+                                                              const at::Tensor& c0, at::TensorList whh_t,
+                                                              at::TensorList bhh, bool batch_first) {
+  return run_layer(gi, h0, &c0, whh_t, bhh, RnnMode::Lstm, batch_first);
+}
+
 std::tuple<at::Tensor, at::Tensor> rnn_layer_meta(const at::Tensor& gi, const at::Tensor& h0, at::TensorList whh_t,
-                                                  at::TensorList bhh, std::string mode_name, bool batch_first) {
-  const Shapes s = check(gi, h0, whh_t, bhh, parse_mode(mode_name), batch_first);
-  return {at::empty(batch_first ? at::IntArrayRef({s.B, s.T, s.D * s.H}) : at::IntArrayRef({s.T, s.B, s.D * s.H}),
-                    gi.options()),
+                                                  at::TensorList bhh, std::string mode, bool batch_first) {
+  const Shapes s = check(gi, h0, nullptr, whh_t, bhh, parse_mode(mode), batch_first);
+  return {at::empty(out_shape(s, batch_first), gi.options()), at::empty({s.D, s.B, s.H}, gi.options())};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> lstm_layer_meta(const at::Tensor& gi, const at::Tensor& h0,
+                                                               const at::Tensor& c0, at::TensorList whh_t,
+                                                               at::TensorList bhh, bool batch_first) {
+  const Shapes s = check(gi, h0, &c0, whh_t, bhh, RnnMode::Lstm, batch_first);
+  return {at::empty(out_shape(s, batch_first), gi.options()), at::empty({s.D, s.B, s.H}, gi.options()),
           at::empty({s.D, s.B, s.H}, gi.options())};
 }
 
@@ -116,6 +148,14 @@ std::tuple<at::Tensor, at::Tensor> rnn_layer_meta(const at::Tensor& gi, const at
 TORCH_LIBRARY(pt2rt, m) {
   m.def("rnn_layer(Tensor gi, Tensor h0, Tensor[] whh_t, Tensor[] bhh, str mode, bool batch_first) -> "
         "(Tensor, Tensor)");
+  m.def("lstm_layer(Tensor gi, Tensor h0, Tensor c0, Tensor[] whh_t, Tensor[] bhh, bool batch_first) -> "
+        "(Tensor, Tensor, Tensor)");
 }
-TORCH_LIBRARY_IMPL(pt2rt, CPU, m) { m.impl("rnn_layer", &rnn_layer_cpu); }
-TORCH_LIBRARY_IMPL(pt2rt, Meta, m) { m.impl("rnn_layer", &rnn_layer_meta); }
+TORCH_LIBRARY_IMPL(pt2rt, CPU, m) {
+  m.impl("rnn_layer", &rnn_layer_cpu);
+  m.impl("lstm_layer", &lstm_layer_cpu);
+}
+TORCH_LIBRARY_IMPL(pt2rt, Meta, m) {
+  m.impl("rnn_layer", &rnn_layer_meta);
+  m.impl("lstm_layer", &lstm_layer_meta);
+}

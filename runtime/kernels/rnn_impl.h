@@ -18,8 +18,8 @@ constexpr int L = 16;
 #else
 constexpr int L = 8;  // AVX2's registers; elsewhere GCC splits a vector into the ones the ISA has
 #endif
-constexpr int kBlockVectors = 8;  // accumulators per block of gates (8 of 32 registers on AVX-512, 8 of 16 on AVX2)
-constexpr int64_t kBlock = int64_t{L} * kBlockVectors;
+constexpr int kBlockVectors = 8;  // accumulators of one row's product (8 of 32 registers on AVX-512, 8 of 16 on AVX2)
+constexpr int kRowVectors = L == 16 ? 4 : 2;  // per row when 4 rows go together: 16 of 32 registers, or 8 of 16
 
 typedef float vf __attribute__((vector_size(L * sizeof(float))));
 typedef int32_t vi __attribute__((vector_size(L * sizeof(int32_t))));
@@ -39,6 +39,7 @@ inline vf exp_v(vf x) {
   vf c = x < lo ? lo : x;
   c = c > hi ? hi : c;
   const vf shifter = splat(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
+  c = x != x ? splat(0.0f) : c;  // NaN: the result is x (below); no NaN reaches the integer conversion
   const vf n = (c * splat(1.44269504088896341f) + shifter) - shifter;
   vf r = c - n * splat(0.693145751953125f);
   r = r - n * splat(1.428606765330187045e-06f);
@@ -74,52 +75,69 @@ inline vf tanh_v(vf x) {
 
 inline float sigmoid_s(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
-// gh[b] = bhh + h[b] W_hh^T for the B rows of h (row b at h + b * h_b)
-inline void recurrent_product(int64_t B, int64_t H, int64_t G, const float* h, int64_t h_b, const float* whh_t,
-                              const float* bhh, float* gh) {
-  for (int64_t b = 0; b < B; ++b) {
-    const float* hb = h + b * h_b;
-    float* out = gh + b * G;
-    int64_t j0 = 0;
-    for (; j0 + kBlock <= G; j0 += kBlock) {
-      vf acc[kBlockVectors];
+// R rows of gh = bhh + h W_hh^T, V vectors of gates at a time: each vector of W loaded once for the R rows.
+template <int R, int V>
+inline void product_rows(int64_t H, int64_t Gp, const float* h, int64_t h_b, const float* whh, const float* bhh,
+                         float* gh) {
+  using pt2rt::kernels::kPanel;
+  static_assert(kPanel % (V * L) == 0, "a panel is whole blocks of accumulators");
+  for (int64_t p = 0; p < Gp; p += kPanel) {
+    const float* panel = whh + p * H;
+    for (int64_t j0 = 0; j0 < kPanel; j0 += V * L) {
+      vf acc[R][V];
 #pragma GCC unroll 8
-      for (int v = 0; v < kBlockVectors; ++v) acc[v] = loadv(bhh + j0 + v * L);
-      const float* w = whh_t + j0;
-      for (int64_t k = 0; k < H; ++k, w += G) {
-        const vf hk = splat(hb[k]);
-#pragma GCC unroll 8
-        for (int v = 0; v < kBlockVectors; ++v) acc[v] += hk * loadv(w + v * L);
+      for (int v = 0; v < V; ++v) {
+        const vf bias = loadv(bhh + p + j0 + v * L);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) acc[r][v] = bias;
       }
+      const float* w = panel + j0;
+      for (int64_t k = 0; k < H; ++k, w += kPanel) {
+        vf hk[R];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) hk[r] = splat(h[r * h_b + k]);
 #pragma GCC unroll 8
-      for (int v = 0; v < kBlockVectors; ++v) storev(out + j0 + v * L, acc[v]);
-    }
-    for (; j0 + L <= G; j0 += L) {
-      vf acc = loadv(bhh + j0);
-      const float* w = whh_t + j0;
-      for (int64_t k = 0; k < H; ++k, w += G) acc += splat(hb[k]) * loadv(w);
-      storev(out + j0, acc);
-    }
-    for (; j0 < G; ++j0) {
-      float acc = bhh[j0];
-      for (int64_t k = 0; k < H; ++k) acc += hb[k] * whh_t[k * G + j0];
-      out[j0] = acc;
+        for (int v = 0; v < V; ++v) {
+          const vf wv = loadv(w + v * L);
+#pragma GCC unroll 4
+          for (int r = 0; r < R; ++r) acc[r][v] += hk[r] * wv;
+        }
+      }
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+        for (int v = 0; v < V; ++v) storev(gh + r * Gp + p + j0 + v * L, acc[r][v]);
+      }
     }
   }
 }
 
+// gh[b] = bhh + h[b] W_hh^T for the B rows of h (row b at h + b * h_b); whh packed in panels (rnn_kernel.h), gh
+// and bhh G_p = padded_gates(G) wide. One row: 8 vectors of gates per pass; several: 4 rows of 4 vectors (AVX2: 2),
+// so that W (the bulk of what a step reads) is read once for every 4 rows.
+inline void recurrent_product(int64_t B, int64_t H, int64_t Gp, const float* h, int64_t h_b, const float* whh,
+                              const float* bhh, float* gh) {
+  int64_t b = 0;
+  for (; b + 4 <= B; b += 4) product_rows<4, kRowVectors>(H, Gp, h + b * h_b, h_b, whh, bhh, gh + b * Gp);
+  for (; b + 2 <= B; b += 2) product_rows<2, kBlockVectors / 2>(H, Gp, h + b * h_b, h_b, whh, bhh, gh + b * Gp);
+  for (; b < B; ++b) product_rows<1, kBlockVectors>(H, Gp, h + b * h_b, h_b, whh, bhh, gh + b * Gp);
+}
+
 void rnn_steps(RnnMode mode, int64_t T, int64_t B, int64_t H, const float* gi, int64_t gi_t, int64_t gi_b,
-               const float* whh_t, const float* bhh, const float* h0, float* out, int64_t out_t, int64_t out_b,
-               bool reverse, float* hn, float* scratch) {
-  const int64_t G = mode == RnnMode::Gru ? 3 * H : H;
+               const float* whh, const float* bhh, const float* h0, const float* c0, float* out, int64_t out_t,
+               int64_t out_b, bool reverse, float* hn, float* cn, float* scratch) {
+  const int64_t G = mode == RnnMode::Gru ? 3 * H : mode == RnnMode::Lstm ? 4 * H : H;
+  const int64_t Gp = pt2rt::kernels::padded_gates(G);
+  float* cell = scratch + B * Gp;  // an LSTM's cell state, B x H, updated in place
+  if (mode == RnnMode::Lstm) std::memcpy(cell, c0, sizeof(float) * B * H);
   const float* h = h0;
   int64_t h_b = H;
   for (int64_t s = 0; s < T; ++s) {
     const int64_t t = reverse ? T - 1 - s : s;
-    recurrent_product(B, H, G, h, h_b, whh_t, bhh, scratch);
+    recurrent_product(B, H, Gp, h, h_b, whh, bhh, scratch);
     for (int64_t b = 0; b < B; ++b) {
       const float* x = gi + t * gi_t + b * gi_b;
-      const float* g = scratch + b * G;
+      const float* g = scratch + b * Gp;
       const float* hp = h + b * h_b;
       float* y = out + t * out_t + b * out_b;
       int64_t j = 0;
@@ -135,6 +153,25 @@ void rnn_steps(RnnMode mode, int64_t T, int64_t B, int64_t H, const float* gi, i
           const float z = sigmoid_s(x[H + j] + g[H + j]);
           const float n = std::tanh(x[2 * H + j] + r * g[2 * H + j]);
           y[j] = n + z * (hp[j] - n);
+        }
+      } else if (mode == RnnMode::Lstm) {
+        float* c = cell + b * H;
+        for (; j + L <= H; j += L) {
+          const vf i = sigmoid_v(loadv(x + j) + loadv(g + j));
+          const vf f = sigmoid_v(loadv(x + H + j) + loadv(g + H + j));
+          const vf u = tanh_v(loadv(x + 2 * H + j) + loadv(g + 2 * H + j));
+          const vf o = sigmoid_v(loadv(x + 3 * H + j) + loadv(g + 3 * H + j));
+          const vf cj = f * loadv(c + j) + i * u;
+          storev(c + j, cj);
+          storev(y + j, o * tanh_v(cj));
+        }
+        for (; j < H; ++j) {
+          const float i = sigmoid_s(x[j] + g[j]);
+          const float f = sigmoid_s(x[H + j] + g[H + j]);
+          const float u = std::tanh(x[2 * H + j] + g[2 * H + j]);
+          const float o = sigmoid_s(x[3 * H + j] + g[3 * H + j]);
+          c[j] = f * c[j] + i * u;
+          y[j] = o * std::tanh(c[j]);
         }
       } else if (mode == RnnMode::Tanh) {
         for (; j + L <= H; j += L) storev(y + j, tanh_v(loadv(x + j) + loadv(g + j)));
@@ -154,6 +191,7 @@ void rnn_steps(RnnMode mode, int64_t T, int64_t B, int64_t H, const float* gi, i
     h_b = out_b;
   }
   for (int64_t b = 0; b < B; ++b) std::memcpy(hn + b * H, h + b * h_b, sizeof(float) * H);
+  if (mode == RnnMode::Lstm) std::memcpy(cn, cell, sizeof(float) * B * H);
 }
 
 }  // namespace

@@ -6,17 +6,25 @@
 
 namespace pt2rt::kernels {
 
-enum class RnnMode : int { Gru = 0, Tanh = 1, Relu = 2 };
+enum class RnnMode : int { Gru = 0, Tanh = 1, Relu = 2, Lstm = 3 };
 
-// One direction of one layer over T steps for a batch of B rows, PyTorch's formulas (torch.nn.GRU, torch.nn.RNN):
+constexpr int64_t kPanel = 128;  // gates per panel of the packed W_hh
+inline int64_t padded_gates(int64_t G) { return (G + kPanel - 1) / kPanel * kPanel; }
+
+// One direction of one layer over T steps for a batch of B rows, PyTorch's formulas (torch.nn.GRU, torch.nn.RNN,
+// torch.nn.LSTM without projections):
 //   gi: the input gates x_t W_ih^T + b_ih of step t, row b at gi + t * gi_t + b * gi_b (G floats: r, z, n for a
-//       GRU, G = 3H; H for an RNN)
-//   whh_t: H x G, W_hh transposed (row k: what h[k] adds to each gate); bhh: G
+//       GRU, G = 3H; i, f, g, o for an LSTM, G = 4H; H for an RNN)
+//   whh: W_hh packed in panels of kPanel gates (G rounded up to a multiple, zeros past G): panel p, row k holds what
+//        h[k] adds to gates p * kPanel .. p * kPanel + kPanel - 1, each panel H x kPanel contiguous, read in order
+//        every step; bhh: G, zero-padded the same way
 //   h0: B x H; the state after step t goes to out + t * out_t + b * out_b (H floats), the last one to hn (B x H)
-//   reverse: steps T-1 .. 0; scratch: B x G floats
+//   c0, cn: an LSTM's cell state before and after (B x H; null otherwise)
+//   reverse: steps T-1 .. 0; scratch: B x (padded G + H) floats
 using RnnStepsFn = void (*)(RnnMode mode, int64_t T, int64_t B, int64_t H, const float* gi, int64_t gi_t,
-                            int64_t gi_b, const float* whh_t, const float* bhh, const float* h0, float* out,
-                            int64_t out_t, int64_t out_b, bool reverse, float* hn, float* scratch);
+                            int64_t gi_b, const float* whh, const float* bhh, const float* h0, const float* c0,
+                            float* out, int64_t out_t, int64_t out_b, bool reverse, float* hn, float* cn,
+                            float* scratch);
 
 RnnStepsFn rnn_steps_baseline();
 // null when the library was built without them (not x86-64)

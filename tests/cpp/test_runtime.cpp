@@ -23,6 +23,7 @@
 #include <numeric>
 #include <random>
 #include <regex>
+#include <set>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -478,13 +479,17 @@ TEST(Runtime, ReductionsRunOnMoreThreadsThanTheExportHad) {
   pt2rt::set_num_threads(before);
 }
 
-// GRU and RNN layers run through libpt2rt_kernels.so's pt2rt::rnn_layer (export_tools/recurrent.py): a package
-// names that library like any ops library, and the runtime finds it next to libpt2rt.so with nothing given.
+// GRU, RNN and LSTM layers run through libpt2rt_kernels.so's pt2rt::rnn_layer and pt2rt::lstm_layer
+// (export_tools/recurrent.py): a package names that library like any ops library, and the runtime finds it next to
+// libpt2rt.so with nothing given.
 TEST(Runtime, RecurrentLayersRunThroughTheKernelsLibraryNextToTheRuntime) {
   const pt2rt::Runtime rt = pt2rt::Runtime::load(kPackages + "/recurrent.pt2");
-  ASSERT_EQ(rt.spec().custom_ops.size(), 1u);
-  EXPECT_EQ(rt.spec().custom_ops[0].name, "pt2rt::rnn_layer");
-  EXPECT_EQ(rt.spec().custom_ops[0].library, "libpt2rt_kernels.so");
+  std::set<std::string> ops;
+  for (const auto& op : rt.spec().custom_ops) {
+    ops.insert(op.name);
+    EXPECT_EQ(op.library, "libpt2rt_kernels.so") << op.name;
+  }
+  EXPECT_EQ(ops, (std::set<std::string>{"pt2rt::lstm_layer", "pt2rt::rnn_layer"}));
   ASSERT_EQ(rt.ops_libraries().size(), 1u);
   EXPECT_EQ(fs::path(rt.ops_libraries()[0]).parent_path(), fs::path(PT2RT_LIBRARY).parent_path());
   const pt2rt::VerifyReport report = rt.verify();

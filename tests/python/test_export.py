@@ -391,7 +391,7 @@ class RecurrentStack(torch.nn.Module):
 def test_recurrent_layers_hold_each_weight_once(tmp_path):
     """inductor unrolls a GRU or RNN layer, a product per step by one recurrent weight; packed for oneDNN, each step
     held its own copy (a 2-layer bidirectional GRU tagger over 64 steps: 217 MB for 19 MB of weights). Now the GRU and
-    RNN layers are one pt2rt::rnn_layer call each (export_tools.recurrent), the LSTM one oneDNN call, and each weight
+    RNN layers are one pt2rt::rnn_layer call each (export_tools.recurrent), the LSTM one pt2rt::lstm_layer, and each weight
     is held once: the package stays within 1.5x its weights + 10 MB (here 16 steps: 72 MB when copied per step), and
     matches eager (the export's golden check). test_recurrent.py: one transpose per weight, so
     each is packed once, without the kernel too."""
@@ -400,8 +400,8 @@ def test_recurrent_layers_hold_each_weight_once(tmp_path):
     torch.manual_seed(0)
     model = RecurrentStack().eval()
     path = export_package(model, (torch.randn(1, 16, 64),), tmp_path / "rnn.pt2", golden=2)
-    assert [(op["name"], op["library"]) for op in read_spec(path)["custom_ops"]] == \
-        [("pt2rt::rnn_layer", "libpt2rt_kernels.so")]
+    assert sorted((op["name"], op["library"]) for op in read_spec(path)["custom_ops"]) == \
+        [("pt2rt::lstm_layer", "libpt2rt_kernels.so"), ("pt2rt::rnn_layer", "libpt2rt_kernels.so")]
     with zipfile.ZipFile(path) as z:
         library = sum(i.file_size for i in z.infolist() if i.filename.endswith(".so"))
     weights = weights_bytes(model)

@@ -16,6 +16,8 @@ CONFIGS = [  # kind, input, hidden, layers, bidirectional, batch_first, batch, s
     ("rnn_tanh", 8, 33, 2, False, True, 4, 9, True),
     ("rnn_tanh", 12, 64, 2, True, False, 2, 11, True),
     ("rnn_relu", 7, 17, 2, True, True, 3, 6, False),
+    ("lstm", 10, 32, 2, True, True, 2, 8, True),
+    ("lstm", 6, 20, 1, False, False, 3, 5, False),
 ]
 
 
@@ -27,22 +29,26 @@ def kernels():
 
 
 def module(kind, i, h, layers, bi, bf, bias):
-    if kind == "gru":
-        return torch.nn.GRU(i, h, layers, bias=bias, batch_first=bf, bidirectional=bi).eval()
+    if kind in ("gru", "lstm"):
+        make = torch.nn.GRU if kind == "gru" else torch.nn.LSTM
+        return make(i, h, layers, bias=bias, batch_first=bf, bidirectional=bi).eval()
     return torch.nn.RNN(i, h, layers, nonlinearity=kind.removeprefix("rnn_"), bias=bias, batch_first=bf,
                         bidirectional=bi).eval()
 
 
-def layer_by_kernel(m, kind, layer, x, h0):
-    """One layer of m through pt2rt::rnn_layer, with the input gates as the exporter computes them."""
+def layer_by_kernel(m, kind, layer, x, h0, c0=None):
+    """One layer of m through pt2rt::rnn_layer (lstm_layer), with the input gates as the exporter computes them."""
     directions = 2 if m.bidirectional else 1
     names = [f"_l{layer}" + ("_reverse" if d else "") for d in range(directions)]
     w_ih = torch.cat([getattr(m, "weight_ih" + n) for n in names])
     b_ih = torch.cat([getattr(m, "bias_ih" + n) for n in names]) if m.bias else None
     gates = getattr(m, "weight_hh" + names[0]).shape[0]
-    whh_t = [getattr(m, "weight_hh" + n).t().contiguous() for n in names]
-    bhh = [getattr(m, "bias_hh" + n) if m.bias else torch.zeros(gates) for n in names]
-    return torch.ops.pt2rt.rnn_layer(torch.nn.functional.linear(x, w_ih, b_ih), h0, whh_t, bhh, kind, m.batch_first)
+    whh = [recurrent.pack_whh(getattr(m, "weight_hh" + n)) for n in names]
+    bhh = [recurrent.pad_bhh(getattr(m, "bias_hh" + n) if m.bias else torch.zeros(gates)) for n in names]
+    gi = torch.nn.functional.linear(x, w_ih, b_ih)
+    if kind == "lstm":
+        return torch.ops.pt2rt.lstm_layer(gi, h0, c0, whh, bhh, m.batch_first)
+    return torch.ops.pt2rt.rnn_layer(gi, h0, whh, bhh, kind, m.batch_first)
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: "-".join(map(str, c)))
@@ -52,27 +58,31 @@ def test_the_kernel_gives_torchs_answer(config):
     m = module(kind, i, h, layers, bi, bf, bias)
     d = 2 if bi else 1
     x = torch.randn(batch, steps, i) if bf else torch.randn(steps, batch, i)
-    h0 = torch.randn(layers * d, batch, h)
+    h0, c0 = torch.randn(layers * d, batch, h), torch.randn(layers * d, batch, h)
     with torch.no_grad():
-        expected, expected_h = m(x, h0)
+        expected, expected_states = m(x, (h0, c0) if kind == "lstm" else h0)
         y, states = x, []
         for layer in range(layers):
-            y, hn = layer_by_kernel(m, kind, layer, y, h0[layer * d:(layer + 1) * d])
-            states.append(hn)
+            span = slice(layer * d, (layer + 1) * d)
+            y, *last = layer_by_kernel(m, kind, layer, y, h0[span], c0[span])
+            states.append(last)
     torch.testing.assert_close(y, expected, rtol=1e-5, atol=2e-6)
-    torch.testing.assert_close(torch.cat(states), expected_h, rtol=1e-5, atol=2e-6)
+    if kind != "lstm":
+        expected_states = (expected_states,)
+    for k, e in enumerate(expected_states):
+        torch.testing.assert_close(torch.cat([st[k] for st in states]), e, rtol=1e-5, atol=2e-6)
 
 
 def test_non_finite_values_travel_as_in_torch():
     torch.manual_seed(1)
-    for kind in ("gru", "rnn_tanh", "rnn_relu"):
+    for kind in ("gru", "rnn_tanh", "rnn_relu", "lstm"):
         m = module(kind, 4, 40, 1, True, False, True)
         x = torch.randn(6, 2, 4)
         x[2, 0, 1], x[4, 1, 3] = float("nan"), float("inf")
         h0 = torch.zeros(2, 2, 40)
         with torch.no_grad():
-            expected, _ = m(x, h0)
-            got, _ = layer_by_kernel(m, kind, 0, x, h0)
+            expected = m(x, (h0, h0) if kind == "lstm" else h0)[0]
+            got = layer_by_kernel(m, kind, 0, x, h0, h0)[0]
         assert torch.equal(got.isnan(), expected.isnan()), kind
         assert expected.isnan().any()
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=2e-6, equal_nan=True)
@@ -80,14 +90,14 @@ def test_non_finite_values_travel_as_in_torch():
 
 def test_bad_arguments_are_refused_naming_what():
     gi, h0 = torch.zeros(5, 2, 3 * 8), torch.zeros(1, 2, 8)
-    w, b = torch.zeros(8, 24), torch.zeros(24)
+    w, b = torch.zeros(1, 8, 128), torch.zeros(128)
     with pytest.raises(RuntimeError, match="mode must be gru, rnn_tanh or rnn_relu, got 'lstm'"):
         torch.ops.pt2rt.rnn_layer(gi, h0, [w], [b], "lstm", False)
-    with pytest.raises(RuntimeError, match=r"direction 0: expected W_hh\^T \[8, 24\] and b_hh \[24\]"):
-        torch.ops.pt2rt.rnn_layer(gi, h0, [torch.zeros(24, 8)], [b], "gru", False)
+    with pytest.raises(RuntimeError, match=r"direction 0: expected W_hh packed \[1, 8, 128\] and b_hh \[128\]"):
+        torch.ops.pt2rt.rnn_layer(gi, h0, [torch.zeros(8, 24)], [b], "gru", False)
     with pytest.raises(RuntimeError, match="expected 1 or 2 directions"):
         torch.ops.pt2rt.rnn_layer(gi, h0, [w, w, w], [b, b, b], "gru", False)
-    with pytest.raises(RuntimeError, match="expected float32 gi and h0"):
+    with pytest.raises(RuntimeError, match="expected float32 gates and states, got Double"):
         torch.ops.pt2rt.rnn_layer(gi.double(), h0.double(), [w], [b], "gru", False)
 
 
@@ -99,7 +109,7 @@ class Stack(torch.nn.Module):
         self.head = torch.nn.Linear(h * (2 if bi else 1), 3)
 
     def forward(self, x, h0):
-        y, hn = self.rnn(x, h0)
+        y, hn = self.rnn(x, (h0, torch.tanh(h0)) if isinstance(self.rnn, torch.nn.LSTM) else h0)
         return self.head(y), hn
 
 
@@ -113,9 +123,9 @@ def test_the_rewritten_graph_gives_the_eager_answer_with_one_call_per_layer(conf
     h0 = torch.randn(layers * d, batch, h)
     ep = recurrent.fuse(torch.export.export(model, (x, h0), strict=False))
     targets = [n.target for n in ep.graph.nodes if n.op == "call_function"]
-    assert targets.count(torch.ops.pt2rt.rnn_layer.default) == layers
-    assert not any(t in (torch.ops.aten.gru.input, torch.ops.aten.rnn_tanh.input, torch.ops.aten.rnn_relu.input)
-                   for t in targets)
+    op = torch.ops.pt2rt.lstm_layer.default if kind == "lstm" else torch.ops.pt2rt.rnn_layer.default
+    assert targets.count(op) == layers
+    assert not any(t in recurrent._MODES for t in targets)
     with torch.no_grad():
         expected = model(x, h0)
         got = ep.module()(x, h0)
@@ -171,3 +181,9 @@ def test_one_transpose_per_weight_so_each_is_packed_once():
     transposes = [n for n in g.nodes if n.target is aten.permute.default]
     assert len(transposes) == 3
     assert len({o.args[1] for o in outs[:5]}) == 1
+
+
+def test_an_lstm_with_projections_is_left_to_torch():
+    model = torch.nn.LSTM(5, 8, proj_size=3).eval()
+    ep = recurrent.fuse(torch.export.export(model, (torch.randn(4, 1, 5),), strict=False))
+    assert any(n.target is torch.ops.aten.lstm.input for n in ep.graph.nodes)
