@@ -1,7 +1,7 @@
 """GRU, plain RNN and LSTM layers as one kernel call per layer, not a product per step.
 
 inductor decomposes `aten.gru` and `aten.rnn_tanh` / `aten.rnn_relu` into their steps: a 2-layer bidirectional GRU
-over 64 steps became 256 products by the recurrent weights, each a library call (7x slower than ONNX Runtime), and
+over 64 steps became 256 products by the recurrent weights, each a library call (7-10x slower than ONNX Runtime), and
 each packed its own copy of its weight (217 MB for 19 MB of weights); `aten.lstm` becomes oneDNN's RNN primitive per
 layer and direction. `fuse(ep)` rewrites each such call of a CPU float32 graph in inference (an LSTM without
 projections) into, per layer, the input gates of every step as one linear layer (both directions' weights stacked:
@@ -58,10 +58,19 @@ def find_library() -> Path | None:
 def load_for(spec: dict) -> None:
     """Loads libpt2rt_kernels.so where a package's spec names it and it is not loaded yet (Python's loader and
     verifier, as the runtime finds it next to libpt2rt.so)."""
-    if any(op["library"] == LIBRARY_NAME for op in spec.get("custom_ops", ())) and not _registered():
-        path = find_library()
-        if path is not None:
-            libraries.load_ops_library(path)
+    if any(op["library"] == LIBRARY_NAME for op in spec.get("custom_ops", ())):
+        _load(find_library())
+
+
+def _load(path: Path | None) -> bool:
+    """The kernels registered (once: a second file registering the namespace would abort the process), with their
+    shapes for tracing; False without a library."""
+    if not _registered():
+        if path is None:
+            return False
+        libraries.load_ops_library(path)
+    _register_fakes()
+    return True
 
 
 def _registered() -> bool:
@@ -70,6 +79,31 @@ def _registered() -> bool:
         return True
     except RuntimeError:
         return False
+
+
+_fakes_registered = False
+
+
+def _register_fakes() -> None:
+    """The ops' output shapes from their inputs' (symbolic batch and steps included), for torch.export and inductor."""
+    global _fakes_registered
+    if _fakes_registered:
+        return
+
+    def outputs(gi, h0, batch_first):
+        d, b, h = h0.shape
+        t = gi.shape[1] if batch_first else gi.shape[0]
+        return gi.new_empty((b, t, d * h) if batch_first else (t, b, d * h)), h0.new_empty((d, b, h))
+
+    @torch.library.register_fake("pt2rt::rnn_layer")
+    def _rnn_layer(gi, h0, whh, bhh, mode, batch_first):
+        return outputs(gi, h0, batch_first)
+
+    @torch.library.register_fake("pt2rt::lstm_layer")
+    def _lstm_layer(gi, h0, c0, whh, bhh, batch_first):
+        return (*outputs(gi, h0, batch_first), c0.new_empty(c0.shape))
+
+    _fakes_registered = True
 
 
 PANEL = 128  # runtime/kernels/rnn_kernel.h kPanel: gates per panel of the packed W_hh
@@ -104,17 +138,17 @@ def _fusable(node: torch.fx.Node) -> bool:
 
 
 def fuse(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
-    """Rewrites ep's GRU and RNN calls (in place) as described above; returns ep."""
+    """Rewrites ep's GRU, RNN and LSTM calls (in place) as described above; returns ep."""
     calls = [n for n in _rnn_calls(ep) if _fusable(n)]
     if not calls:
         return ep
-    path = find_library()
-    if path is None:
-        log.warning("%s not found (%s, %s): the model's recurrent layers are unrolled, a product per step - build "
-                    "the runtime (make build) or set %s", LIBRARY_NAME, ENV_VAR,
+    if not _load(None if _registered() else find_library()):
+        log.warning("%s not found (%s, %s): the model's recurrent layers are left as inductor makes them, a "
+                    "product per step - build the runtime (make build) or set %s", LIBRARY_NAME, ENV_VAR,
                     ", ".join(str(p) for p in library_candidates()), ENV_VAR)
         return ep
-    libraries.load_ops_library(path)
+    log.info("%d recurrent layer call(s) as pt2rt kernels: the package needs %s beside the runtime", len(calls),
+             LIBRARY_NAME)
     graph = ep.graph
     for node in calls:
         _replace(graph, node)

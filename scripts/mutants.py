@@ -326,7 +326,8 @@ def text_problems(mutants):
         path = ROOT / m.file
         count = path.read_text().count(m.old) if path.is_file() else 0
         if count != 1:
-            bad.append(f"mutant '{m.name}': its text occurs {count} times in {m.file} (expected once): {m.old!r}")
+            bad.append((m.name, f"mutant '{m.name}': its text occurs {count} times in {m.file} (expected once): "
+                                f"{m.old!r}"))
     return bad
 
 
@@ -401,11 +402,11 @@ def selector_problems(mutants, build_dir: Path):
                 pytests.append((m, sel))
                 continue
             if n == 0:
-                bad.append(f"mutant '{m.name}': its selector {describe(sel)} selects no test")
+                bad.append((m.name, f"mutant '{m.name}': its selector {describe(sel)} selects no test"))
     os.chdir(ROOT)
     for (m, sel), n in zip(pytests, pytest_counts([sel[1:] for _, sel in pytests])):
         if n == 0:
-            bad.append(f"mutant '{m.name}': its selector {describe(sel)} selects no test")
+            bad.append((m.name, f"mutant '{m.name}': its selector {describe(sel)} selects no test"))
     return bad
 
 
@@ -443,13 +444,12 @@ def main() -> int:
     n_serve = sum(m.file.startswith("serve/") for m in MUTANTS)
 
     if a.check:
-        bad = text_problems(MUTANTS)
-        bad += selector_problems(MUTANTS, build_dir)
-        for line in bad:
+        bad = text_problems(MUTANTS) + selector_problems(MUTANTS, build_dir)
+        for _, line in bad:
             print(line, file=sys.stderr)
         print(f"{len(MUTANTS)} mutants ({n_export} in export_tools, {n_serve} in serve/): "
-              f"{len(MUTANTS) - len({b.split(chr(39))[1] for b in bad})} with their text exactly once and every "
-              "selector selecting a test", file=sys.__stdout__, flush=True)
+              f"{len(MUTANTS) - len({name for name, _ in bad})} with their text exactly once and every selector "
+              "selecting a test", file=sys.__stdout__, flush=True)
         return 1 if bad else 0
 
     chosen = [m for m in MUTANTS if not a.names or any(n in m.name for n in a.names)]
@@ -458,7 +458,7 @@ def main() -> int:
         return 2
     bad = text_problems(chosen)
     if bad:
-        print("\n".join(bad), file=sys.stderr)
+        print("\n".join(line for _, line in bad), file=sys.stderr)
         return 2
     if not build(build_dir):
         print(f"error: cmake --build {build_dir} fails without any mutant", file=sys.stderr)

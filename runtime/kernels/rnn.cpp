@@ -90,6 +90,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> run_layer(const at::Tensor& gi_in
                   (c0_in == nullptr || c0_in->scalar_type() == at::kFloat),
               op_name(mode), ": expected float32 gates and states, got ", gi_in.scalar_type(), " and ",
               h0_in.scalar_type());
+  if (s.T == 0 || s.B == 0) {  // no step to take: the states come back as they went in
+    return {at::empty(out_shape(s, batch_first), gi_in.options()), h0_in.clone(at::MemoryFormat::Contiguous),
+            c0_in ? c0_in->clone(at::MemoryFormat::Contiguous) : at::Tensor()};
+  }
   const RnnStepsFn steps = steps_fn();
   const at::Tensor gi = gi_in.contiguous(), h0 = h0_in.contiguous();
   const at::Tensor c0 = c0_in ? c0_in->contiguous() : at::Tensor();
@@ -129,22 +133,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lstm_layer_cpu(const at::Tensor& 
   return run_layer(gi, h0, &c0, whh_t, bhh, RnnMode::Lstm, batch_first);
 }
 
-std::tuple<at::Tensor, at::Tensor> rnn_layer_meta(const at::Tensor& gi, const at::Tensor& h0, at::TensorList whh_t,
-                                                  at::TensorList bhh, std::string mode, bool batch_first) {
-  const Shapes s = check(gi, h0, nullptr, whh_t, bhh, parse_mode(mode), batch_first);
-  return {at::empty(out_shape(s, batch_first), gi.options()), at::empty({s.D, s.B, s.H}, gi.options())};
-}
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor> lstm_layer_meta(const at::Tensor& gi, const at::Tensor& h0,
-                                                               const at::Tensor& c0, at::TensorList whh_t,
-                                                               at::TensorList bhh, bool batch_first) {
-  const Shapes s = check(gi, h0, &c0, whh_t, bhh, RnnMode::Lstm, batch_first);
-  return {at::empty(out_shape(s, batch_first), gi.options()), at::empty({s.D, s.B, s.H}, gi.options()),
-          at::empty({s.D, s.B, s.H}, gi.options())};
-}
-
 }  // namespace
 
+// The shapes for tracing (fake tensors, symbolic batch and steps) are export_tools.recurrent's register_fake.
 TORCH_LIBRARY(pt2rt, m) {
   m.def("rnn_layer(Tensor gi, Tensor h0, Tensor[] whh_t, Tensor[] bhh, str mode, bool batch_first) -> "
         "(Tensor, Tensor)");
@@ -154,8 +145,4 @@ TORCH_LIBRARY(pt2rt, m) {
 TORCH_LIBRARY_IMPL(pt2rt, CPU, m) {
   m.impl("rnn_layer", &rnn_layer_cpu);
   m.impl("lstm_layer", &lstm_layer_cpu);
-}
-TORCH_LIBRARY_IMPL(pt2rt, Meta, m) {
-  m.impl("rnn_layer", &rnn_layer_meta);
-  m.impl("lstm_layer", &lstm_layer_meta);
 }

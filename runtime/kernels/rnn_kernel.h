@@ -1,4 +1,4 @@
-// The recurrence of GRU and plain RNN layers (libpt2rt_kernels.so): pure float code without torch headers,
+// The recurrence of GRU, plain RNN and LSTM layers (libpt2rt_kernels.so): pure float code without torch headers,
 // compiled once per ISA (rnn_<isa>.cpp) and chosen once at run time (rnn.cpp).
 #pragma once
 

@@ -492,8 +492,8 @@ TEST(Runtime, RecurrentLayersRunThroughTheKernelsLibraryNextToTheRuntime) {
   EXPECT_EQ(ops, (std::set<std::string>{"pt2rt::lstm_layer", "pt2rt::rnn_layer"}));
   ASSERT_EQ(rt.ops_libraries().size(), 1u);
   EXPECT_EQ(fs::path(rt.ops_libraries()[0]).parent_path(), fs::path(PT2RT_LIBRARY).parent_path());
-  const pt2rt::VerifyReport report = rt.verify();
-  EXPECT_EQ(report.cases.size(), 2u);
+  const pt2rt::VerifyReport report = rt.verify();  // batch 1, 4 and between: a dynamic batch through the kernels
+  EXPECT_GE(report.cases.size(), 3u);
   for (const auto& c : report.cases) EXPECT_TRUE(c.passed) << c.name << ": " << c.reason;
 }
 

@@ -133,10 +133,11 @@ def test_the_rewritten_graph_gives_the_eager_answer_with_one_call_per_layer(conf
         torch.testing.assert_close(g, e, rtol=1e-5, atol=2e-6)
 
 
-def test_without_the_library_the_layers_stay_unrolled_with_a_warning(monkeypatch):
+def test_without_the_library_the_layers_stay_torchs_with_a_warning(monkeypatch):
     model = Stack(CONFIGS[0]).eval()
     args = (torch.randn(7, 2, 5), torch.randn(1, 2, 6))
     monkeypatch.setattr(recurrent, "find_library", lambda: None)
+    monkeypatch.setattr(recurrent, "_registered", lambda: False)  # as in a process that never loaded it
     said = []
     handler = logging.Handler(logging.WARNING)
     handler.emit = lambda record: said.append(record.getMessage())
@@ -146,7 +147,7 @@ def test_without_the_library_the_layers_stay_unrolled_with_a_warning(monkeypatch
     finally:
         logging.getLogger("export_tools").removeHandler(handler)
     assert any(n.target is torch.ops.aten.gru.input for n in ep.graph.nodes)
-    assert len(said) == 1 and "libpt2rt_kernels.so not found" in said[0] and "unrolled" in said[0], said
+    assert len(said) == 1 and "libpt2rt_kernels.so not found" in said[0] and "left as inductor" in said[0], said
 
 
 def test_a_kernels_library_named_that_does_not_exist_is_an_error(monkeypatch, tmp_path):
@@ -160,6 +161,41 @@ def test_training_mode_and_other_dtypes_are_left_to_torch():
     args = (torch.randn(7, 2, 5, dtype=torch.float64), torch.randn(1, 2, 6, dtype=torch.float64))
     ep = recurrent.fuse(torch.export.export(model, args, strict=False))
     assert any(n.target is torch.ops.aten.gru.input for n in ep.graph.nodes)
+    training = torch.nn.GRU(5, 6, 2, dropout=0.5).train()  # dropout between the layers: torch's to run
+    ep = recurrent.fuse(torch.export.export(training, (torch.randn(7, 2, 5),), strict=False))
+    assert any(n.target is torch.ops.aten.gru.input for n in ep.graph.nodes)
+
+
+def test_a_dynamic_batch_and_sequence_trace_through_the_kernels():
+    """The kernels' shapes for tracing are symbolic (export_tools.recurrent's register_fake): a model with a dynamic
+    batch exports, and its graph runs other batch sizes."""
+    torch.manual_seed(3)
+    model = Stack(("gru", 5, 6, 2, True, True, 0, 0, True)).eval()
+    batch = torch.export.Dim("batch", min=1, max=16)
+    ep = recurrent.fuse(torch.export.export(model, (torch.randn(2, 7, 5), torch.randn(4, 2, 6)),
+                                            dynamic_shapes=({0: batch}, {1: batch}), strict=False))
+    redone = torch.export.export(ep.module(), (torch.randn(3, 7, 5), torch.randn(4, 3, 6)),
+                                 dynamic_shapes=({0: batch}, {1: batch}), strict=False)
+    x, h0 = torch.randn(5, 7, 5), torch.randn(4, 5, 6)
+    with torch.no_grad():
+        for g, e in zip(redone.module()(x, h0), model(x, h0)):
+            torch.testing.assert_close(g, e, rtol=1e-5, atol=2e-6)
+
+
+def test_the_kernel_of_every_isa_gives_torchs_answer():
+    """The recurrence is compiled per ISA and chosen once per process (ATEN_CPU_CAPABILITY caps it): each one this
+    CPU runs, in a process of its own."""
+    import subprocess
+    import sys
+    script = ("import sys; sys.path.insert(0, 'tests/python'); import test_recurrent as t\n"
+              "from export_tools import libraries, recurrent\n"
+              "libraries.load_ops_library(recurrent.find_library())\n"
+              "for c in t.CONFIGS: t.test_the_kernel_gives_torchs_answer(c)\n"
+              "t.test_non_finite_values_travel_as_in_torch()\n")
+    for isa in ("default", "avx2", "avx512"):
+        env = {**__import__("os").environ, "ATEN_CPU_CAPABILITY": isa}
+        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, f"ATEN_CPU_CAPABILITY={isa}: {done.stderr[-2000:]}"
 
 
 def test_one_transpose_per_weight_so_each_is_packed_once():
