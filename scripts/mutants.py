@@ -255,10 +255,9 @@ mutant("export: a CPU variant asked for twice accepted", "export_tools/cpu.py",
        "    if len(set(names)) != len(names):", "    if False:",
        pytest("tests/python/test_export.py", "-k", "bad_arguments"))
 
-mutant("pt2serve: a folder starting with '.' is loaded as a model", "serve/repository.cpp",
-       "    if (e.is_directory() && e.path().filename().string().rfind('.', 0) != 0) out.push_back(e.path());",
-       "    if (e.is_directory()) out.push_back(e.path());",
-       pytest("tests/python/test_serve.py", "-k", "refuses_dot_folders"))
+mutant("pt2serve: a folder that is no model name is served", "serve/repository.cpp",
+       "    if (is_model_name(name)) {", "    if (true) {",
+       pytest("tests/python/test_serve.py", "-k", "refuses_dot_folders or folder_names"))
 mutant("pt2serve gRPC: a model that is not ready is INTERNAL", "serve/grpc_service.cpp",
        "      case ErrorKind::Unavailable: return StatusCode::UNAVAILABLE;",
        "      case ErrorKind::Unavailable: return StatusCode::INTERNAL;",

@@ -375,12 +375,23 @@ class Handlers {
     return respond(m, parsed, outputs);
   }
 
+  // A label value as Prometheus' text format writes it: backslash, double quote and newline escaped.
+  static std::string label(const std::string& value) {
+    std::string out;
+    for (const char c : value) {
+      if (c == '\\' || c == '"') out += '\\';
+      out += c == '\n' ? std::string("\\n") : std::string(1, c);
+    }
+    return out;
+  }
+
   std::string metrics() {
     std::string s;
     const auto family = [&](const char* name, const char* type, const char* help, auto value) {
       s += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
       for (auto& m : registry_.models()) {
-        s += std::string(name) + "{model=\"" + m->name() + "\",version=\"" + m->version() + "\"} " + value(*m) + "\n";
+        s += std::string(name) + "{model=\"" + label(m->name()) + "\",version=\"" + label(m->version()) + "\"} " +
+             value(*m) + "\n";
       }
     };
     family("pt2serve_model_ready", "gauge", "1 when the model version is loaded", [](Model& m) {
@@ -403,7 +414,7 @@ class Handlers {
     });
     s += "# HELP pt2serve_batch_size rows per model execution\n# TYPE pt2serve_batch_size histogram\n";
     for (auto& m : registry_.models()) {
-      const std::string labels = "model=\"" + m->name() + "\",version=\"" + m->version() + "\"";
+      const std::string labels = "model=\"" + label(m->name()) + "\",version=\"" + label(m->version()) + "\"";
       uint64_t cumulative = 0;
       for (int b = 0; b < Stats::kBuckets; ++b) {
         cumulative += m->stats().batch_size_counts[b].load();

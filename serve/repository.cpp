@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <mutex>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -131,12 +133,35 @@ std::vector<ModelPtr> load_model_dir(const fs::path& m) {
   return models;
 }
 
-// The model folders of a repository, by name; a name starting with '.' is not a model (a VCS folder, or a
-// Kubernetes volume's ..data link and its timestamped folders).
+// A model's name is a plain folder name: letters, digits, '_', '-', '.', not starting with '.'. Requests name models
+// by it, and /metrics carries it in its labels.
+bool is_model_name(const std::string& name) {
+  const bool plain = !name.empty() && name.size() <= 255 && name[0] != '.' &&
+                     std::all_of(name.begin(), name.end(), [](unsigned char c) {
+                       return std::isalnum(c) || c == '_' || c == '-' || c == '.';
+                     });
+  return plain;
+}
+
+// The model folders of a repository, by name. A name starting with '.' is not a model (a VCS folder, or a Kubernetes
+// volume's ..data link and its timestamped folders); any other folder whose name is not a model name (a quote, a
+// newline, a space) is not served either, and said once.
 std::vector<fs::path> model_folders(const fs::path& dir) {
+  static std::mutex said_mu;
+  static std::set<std::string> said;
   std::vector<fs::path> out;
   for (const auto& e : fs::directory_iterator(dir)) {
-    if (e.is_directory() && e.path().filename().string().rfind('.', 0) != 0) out.push_back(e.path());
+    if (!e.is_directory()) continue;
+    const std::string name = e.path().filename().string();
+    if (is_model_name(name)) {
+      out.push_back(e.path());
+    } else if (name[0] != '.') {
+      std::lock_guard<std::mutex> lock(said_mu);
+      if (said.insert(name).second) {
+        log("warning", "a folder whose name is not a model name is not served (expected letters, digits, '_', '-', "
+                       "'.', not starting with '.')", {{"folder", clip(name, 64)}});
+      }
+    }
   }
   std::sort(out.begin(), out.end());
   return out;
@@ -217,11 +242,7 @@ std::vector<ModelPtr> Registry::models() const {
 namespace {
 // A model name from a request is used as a folder name under the repository: a plain name only.
 void check_model_name(const std::string& name) {
-  const bool plain = !name.empty() && name.size() <= 255 && name[0] != '.' &&
-                     std::all_of(name.begin(), name.end(), [](unsigned char c) {
-                       return std::isalnum(c) || c == '_' || c == '-' || c == '.';
-                     });
-  if (!plain) {
+  if (!is_model_name(name)) {
     throw BadRequest("model name '" + clip(name, 64) + "' is not a model folder name of the repository (expected " +
                      "letters, digits, '_', '-', '.', not starting with '.')");
   }

@@ -1385,3 +1385,35 @@ def test_explicit_load_refuses_dot_folders(exported, tmp_path):
         assert s.client.get_model_repository_index() == []
     finally:
         assert s.stop() == 0
+
+
+@pytest.mark.parametrize("mode", ["none", "poll"])
+def test_folder_names_that_are_no_model_names_are_not_served(exported, tmp_path, mode):
+    """A folder named `bad"name` was loaded at start (names were checked on explicit loads only) and its label broke
+    /metrics: a folder name could inject metric lines. Folders whose names are not model names are not served, at
+    start or by polling, and said once each; /metrics stays Prometheus' text format."""
+    op = exported("op_static")[0]
+    repo = tmp_path / "models"
+    names = ['bad"name', "new\nline", "sp ace", "good"]
+    for name in names:
+        (repo / name / "1").mkdir(parents=True)
+        os.link(op, repo / name / "1" / "model.pt2")
+    s = Serving(repo, *(["--model-control-mode", "poll", "--repository-poll-secs", "0.2"] if mode == "poll" else []))
+    try:
+        _wait_for(lambda: s.client.is_model_ready("good"), "the good model ready")
+        if mode == "poll":
+            (repo / "later x" / "1").mkdir(parents=True)  # one that appears while serving
+            os.link(op, repo / "later x" / "1" / "model.pt2")
+            _wait_for(lambda: "later x" in s.log.read_text(), "the later folder to be seen")
+        status, text = s.get("/metrics")
+        assert status == 200
+        sample = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\\n]|\\.)*",?)*\})? '
+                            r'[0-9.e+-]+$|^# (HELP|TYPE) ')
+        for line in text.splitlines():
+            assert sample.match(line), f"not a metric line: {line!r}"
+        assert 'model="good"' in text and "bad" not in text and "line" not in text and "sp ace" not in text
+        log = [json.loads(line) for line in s.log.read_text().splitlines()]
+        warned = [e["folder"] for e in log if e["msg"].startswith("a folder whose name is not a model name")]
+        assert sorted(warned) == sorted(names[:3] + (["later x"] if mode == "poll" else [])), warned
+    finally:
+        assert s.stop() == 0
