@@ -175,11 +175,70 @@ void check_tensors(const c10::IValue& v, int depth) {
   }
 }
 
+// torch.save stores records uncompressed: none can be larger than the file. torch's reader allocates what a record
+// claims as it opens the archive (its version record), so the claims are read from the zip's central directory
+// first (a 3 KB file claiming a 4 GiB record made it allocate 4 GiB). An archive whose directory is not found here
+// is left to torch's reader, which refuses it.
+void check_record_sizes(const std::vector<char>& bytes) {
+  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
+  const size_t n = bytes.size();
+  const auto u16 = [&](size_t at) { return static_cast<uint32_t>(p[at] | p[at + 1] << 8); };
+  const auto u32 = [&](size_t at) { return u16(at) | u16(at + 2) << 16; };
+  const auto u64 = [&](size_t at) { return uint64_t{u32(at)} | uint64_t{u32(at + 4)} << 32; };
+  constexpr size_t kEnd = 22;  // the end of central directory record, before its comment
+  if (n < kEnd) return;
+  size_t end = n - kEnd + 1;
+  const size_t lowest = n > kEnd + 0xffff ? n - kEnd - 0xffff : 0;
+  do {
+    --end;
+  } while (end > lowest && u32(end) != 0x06054b50);
+  if (u32(end) != 0x06054b50) return;
+  const size_t entries = u16(end + 10), size = u32(end + 12), offset = u32(end + 16);
+  if (size == 0xffffffff || offset == 0xffffffff || entries == 0xffff) return;  // zip64: torch's reader checks it
+  if (offset > n || size > n - offset) throw DamagedFile("the zip directory reaches past the end of the file");
+  size_t at = offset;
+  for (size_t i = 0; i < entries; ++i) {
+    if (at + 46 > offset + size || u32(at) != 0x02014b50) throw DamagedFile("a damaged zip directory entry");
+    const size_t name_len = u16(at + 28), extra_len = u16(at + 30), comment_len = u16(at + 32);
+    if (at + 46 + name_len + extra_len + comment_len > offset + size) {
+      throw DamagedFile("a zip directory entry reaches past the directory");
+    }
+    uint64_t sizes[2] = {u32(at + 20), u32(at + 24)};  // compressed, uncompressed
+    if (sizes[0] == 0xffffffff || sizes[1] == 0xffffffff) {  // zip64: the real sizes in the extra field
+      size_t x = at + 46 + name_len;
+      const size_t x_end = x + extra_len;
+      bool found = false;
+      while (x + 4 <= x_end && !found) {
+        const size_t id = u16(x), len = u16(x + 2);
+        if (x + 4 + len > x_end) break;
+        if (id == 1) {
+          size_t v = x + 4;
+          for (int k : {1, 0}) {  // the extra field holds the uncompressed size first
+            if (sizes[k] != 0xffffffff) continue;
+            if (v + 8 > x + 4 + len) throw DamagedFile("a damaged zip64 size");
+            sizes[k] = u64(v);
+            v += 8;
+          }
+          found = true;
+        }
+        x += 4 + len;
+      }
+      if (!found) throw DamagedFile("a zip directory entry without its zip64 sizes");
+    }
+    if (sizes[0] > n || sizes[1] > n) {
+      throw DamagedFile("record " + std::string(reinterpret_cast<const char*>(p + at + 46), name_len) +
+                        " claims more bytes than the file has");
+    }
+    at += 46 + name_len + extra_len + comment_len;
+  }
+}
+
 }  // namespace
 
 c10::IValue unpickle(const std::vector<char>& bytes) {
+  check_record_sizes(bytes);
   caffe2::serialize::PyTorchStreamReader reader(std::make_shared<BoundedReader>(bytes));
-  // torch.save stores records uncompressed: none can be larger than the file (torch allocates the claim).
+  // the same once more from torch's reading of the directory
   for (const auto& name : reader.getAllRecords()) {
     if (reader.getRecordSize(name) > bytes.size()) {
       throw DamagedFile("record " + name + " claims more bytes than the file has");
