@@ -129,7 +129,7 @@ def _cmd_export(args) -> int:
                    dynamic_shapes=_dynamic_shapes(args, model, inputs), golden=args.golden,
                    cpu_isa=args.cpu_isa, target=args.target, device=args.device, metadata=metadata,
                    allow_degenerate_golden=args.allow_degenerate_golden, golden_max_mb=args.golden_max_mb,
-                   golden_inputs=_golden_inputs(args.golden_inputs), optimize=args.optimize)
+                   golden_inputs=_golden_inputs(args.golden_inputs), optimize=args.optimize, lite=args.lite)
     print(args.out)
     return EXIT_OK
 
@@ -313,6 +313,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--optimize", choices=["fold", "none"], default="fold",
                    help="CPU packages: fold (default) compiles the weights in as constants, batch norms folded into "
                         "their convolutions; none keeps them as parameters")
+    p.add_argument("--lite", action="store_true",
+                   help="add variants that run without libtorch, in pt2rt-lite (docs/lite.md); what lite cannot run "
+                        "is refused by name")
     p.add_argument("--metadata", action="append", metavar="KEY=VALUE", help="extra metadata for the spec (repeatable)")
     p.add_argument("--ops-library", action="append", metavar="PATH",
                    help="an ops library to load first (repeatable); libraries the model's own imports load are "

@@ -22,6 +22,7 @@ import torch
 
 from . import compat, cpu, dynamic, libraries, recurrent
 from . import golden as _golden
+from . import lite as _lite
 from ._version import read as _version
 from .errors import CpuVariantError, ExportError
 from .package import (GOLDEN_RECORD, MODELS_DIR, SPEC_FORMAT, SPEC_KEY, first_line as _first_line,
@@ -50,7 +51,7 @@ def export_package(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor
                    tolerances: dict[str, tuple] | None = None, allow_degenerate_golden: bool = False,
                    golden_max_mb: float | None = 16,
                    golden_inputs: Sequence[Sequence[torch.Tensor] | torch.Tensor] = (),
-                   optimize: str = "fold") -> Path:
+                   optimize: str = "fold", lite: bool = False) -> Path:
     """Export `model` to a self-describing, self-verifying AOTInductor package at `package_path` (.pt2).
 
     dynamic_batch: (min, max) for a dynamic dim 0 shared by every input (the shorthand for a Dim "batch").
@@ -84,11 +85,18 @@ def export_package(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor
         compiles them in as constants (inductor's freezing): batch norms folded into their convolutions, constant
         subgraphs computed once, the same kernels otherwise, NaN and inf propagating as in eager (ResNet-18 -30 %).
         "none": they stay parameters, as the model holds them.
+    lite: also compile variants that need no libtorch, for pt2rt-lite (export_tools.lite, docs/lite.md), checked
+        on the golden cases here with the lite runtime's shim; a model lite cannot run (a TorchBind class, an op
+        with no lite kernel) is refused with a LiteError naming it.
     """
     path = Path(package_path)
     if not compat.supported():
         log.warning("torch %s is outside the supported range %d.%d .. %d.%d: the package is exported, but untested "
                     "with it", torch.__version__, *compat.OLDEST, *compat.NEWEST)
+    if not isinstance(lite, bool):
+        raise ExportError(f"expected lite as True or False, got {lite!r}")
+    if lite and device != "cpu":
+        raise ExportError(f"lite variants run on the CPU; this is a {device} package")
     if optimize not in OPTIMIZE:
         raise ExportError(f"expected optimize as one of {', '.join(OPTIMIZE)}, got {optimize!r}")
     inputs = _check_arguments(model, example_inputs, path, dynamic_batch, golden, device, metadata)
@@ -112,13 +120,13 @@ def export_package(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor
                                     category=FutureWarning)
             return _export_checked(model, inputs, path, device, dims, golden, metadata, tolerances, variant_names,
                                    allow_degenerate_golden, golden_max_mb, given,
-                                   optimize if device == "cpu" else "none")
+                                   optimize if device == "cpu" else "none", lite)
     finally:
         model.train(was_training)  # the caller's module leaves as it came (eval() is in place)
 
 
 def _export_checked(model, inputs, path, device, dims, golden, metadata, tolerances, variant_names,
-                    allow_degenerate_golden, golden_max_mb, given, optimize) -> Path:
+                    allow_degenerate_golden, golden_max_mb, given, optimize, lite) -> Path:
     model = model.eval().to(device)
     inputs = [t.to(device) for t in inputs]
     given = [[t.to(device) for t in case] for case in given]
@@ -137,6 +145,12 @@ def _export_checked(model, inputs, path, device, dims, golden, metadata, toleran
         if device == "cpu":
             ep = recurrent.fuse(ep)
         used = _custom_calls(ep)
+        if lite:
+            _lite.refuse_unrunnable(used)
+            foreign = [n for n in variant_names if (cpu.arch_of(n) or cpu.host_arch()) != cpu.host_arch()]
+            if foreign:
+                raise _lite.LiteError(f"lite variants are built for this machine's arch ({cpu.host_arch()}) only so "
+                                      f"far; cpu_isa {foreign[0]} is for another")
         spec = _spec(ep, path, device, dims, used, metadata, len(expected))
 
     with _stage("golden cases"):
@@ -185,8 +199,12 @@ def _export_checked(model, inputs, path, device, dims, golden, metadata, toleran
             if problem:
                 log.warning("%s", problem)
                 warnings.warn(problem, stacklevel=2)
+        lite_compiled = []
+        for name in variant_names if lite else ():
+            with _stage(f"compile ({name}, lite)"):
+                lite_compiled.append(_compile_lite(ep, tmp / f"{name}-lite" / path.name, name, optimize))
         with _stage("package"):
-            _finish_package(compiled, final, spec, _golden.dumps(cases))
+            _finish_package(compiled, final, spec, _golden.dumps(cases), lite_compiled)
         with _stage("verify"):
             report = verify_package(final, tolerances)
             foreign = [v["isa"] for v in spec["variants"] if v["arch"] != cpu.host_arch()]
@@ -198,6 +216,8 @@ def _export_checked(model, inputs, path, device, dims, golden, metadata, toleran
                                     for v in spec["variants"])
                 raise ExportError(f"none of the package's CPU variants runs on this machine, so it cannot be verified "
                                   f"before it is written ({lacking}); add one that does, e.g. cpu_isa native")
+            if lite_compiled:
+                report += _verify_lite(lite_compiled, cases, spec, tolerances)
             failed = [r for r in report if not r["passed"]]
             if failed:
                 f = failed[0]
@@ -545,6 +565,48 @@ def _compile(ep, out: Path, name: str, optimize: str, device: str) -> cpu.Varian
     return variant
 
 
+def _compile_lite(ep, out: Path, name: str, optimize: str) -> tuple[cpu.Variant, _lite.Library]:
+    """One lite variant (export_tools.lite): inductor's C++ with libtorch left out, built here."""
+    from torch._inductor import config as inductor_config
+    from torch._inductor.utils import fresh_cache
+
+    out.parent.mkdir(parents=True)
+    freeze = optimize == "fold"
+    try:
+        with cpu.compiling(name) as variant, fresh_cache(), torch.no_grad() if freeze else contextlib.nullcontext(), \
+                inductor_config.patch({"freezing": freeze, "conv_1x1_as_mm": True, **PARALLEL_LOOPS}), \
+                _lite.compiling():
+            torch._inductor.aoti_compile_and_package(ep, package_path=str(out))
+    except Exception as e:
+        raise ExportError(f"aoti_compile_and_package failed for the lite {name} variant: {_first_line(e)}") from e
+    return variant, _lite.library_from_cpp_package(out)
+
+
+def _verify_lite(lite_compiled, cases, spec, tolerances) -> list[dict[str, Any]]:
+    """The golden cases through each lite variant this machine runs, with the lite runtime's shim."""
+    runtime = _lite.find_runtime()
+    if runtime is None:
+        raise _lite.LiteError(f"export checks lite variants with {_lite.LIBRARY_NAME}, which was not found (build it: "
+                              f"make build, or set {_lite.ENV_VAR})")
+    table = {k: (v["rtol"], v["atol"], v.get("atol_rel")) for k, v in spec["golden"]["tolerances"].items()}
+    table.update(tolerances or {})
+    degenerate = set(spec["golden"].get("degenerate_outputs", ()))
+    report = []
+    for variant, library in lite_compiled:
+        if cpu.runs_here(variant.arch, variant.cpu_features):
+            continue
+        runner = _lite.Runner(library.data, runtime)
+        try:
+            for case in cases:
+                actual = runner(*case.inputs)
+                passed, max_abs, max_scaled, reason = _golden.compare(actual, case.outputs, table, degenerate)
+                report.append({"variant": f"{variant.name} (lite)", "name": case.name, "passed": passed,
+                               "max_abs_error": max_abs, "max_scaled_error": max_scaled, "reason": reason})
+        finally:
+            runner.close()
+    return report
+
+
 def _variant_model_name(index: int, name: str) -> str:
     # The first variant keeps AOTInductor's default name, so torch's own loaders find it. No name may begin with
     # another: torch 2.11's loader takes the files of every folder whose path contains the one asked for.
@@ -552,7 +614,7 @@ def _variant_model_name(index: int, name: str) -> str:
 
 
 def _finish_package(compiled: list[tuple[cpu.Variant, Path]], final: Path, spec: dict[str, Any],
-                    golden_bytes: bytes) -> None:
+                    golden_bytes: bytes, lite_compiled: list[tuple[cpu.Variant, _lite.Library]] = ()) -> None:
     """One archive from the variants' packages: each variant's model folder under its own model name, the shared
     records once (they must agree), the spec with every variant's library SHA-256 in every model's metadata, and
     the golden cases."""
@@ -590,6 +652,18 @@ def _finish_package(compiled: list[tuple[cpu.Variant, Path]], final: Path, spec:
             "record": library_record,
             "sha256": hashlib.sha256(lib_bytes).hexdigest(), "size": len(lib_bytes),
         })
+    if lite_compiled:
+        # a key of its own: runtimes that know no lite variants pass over it
+        spec["lite_variants"] = []
+        for variant, library in lite_compiled:
+            record = f"{_lite.RECORD_DIR}{variant.name}.so"
+            records[record] = library.data
+            spec["lite_variants"].append({
+                "isa": variant.name, "arch": variant.arch, "vec_isa": variant.vec_isa,
+                "compile_flags": list(variant.flags), "cpu_features": list(variant.cpu_features), "record": record,
+                "sha256": hashlib.sha256(library.data).hexdigest(), "size": len(library.data),
+                "shim": list(library.shim), "needed": list(library.needed),
+            })
     _write_archive(final, records, spec, golden_bytes)
 
 

@@ -18,6 +18,30 @@ import torch
 from .errors import OpsLibraryError
 
 
+_REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def built_candidates(file_name: str) -> list[Path]:
+    """Where a library this project builds (runtime/) is looked for after its environment variable, in order: this
+    checkout's build tree (release, then debug), then <sys.prefix>/lib."""
+    import sys
+
+    flavour = "cuda" if torch.version.cuda else "cpu"
+    build = _REPO_ROOT / "build"
+    return [build / f"{flavour}-release" / "lib" / file_name, build / f"{flavour}-debug" / "lib" / file_name,
+            Path(sys.prefix) / "lib" / file_name]
+
+
+def find_built(file_name: str, env_var: str) -> Path | None:
+    """$env_var (which must name a file), else the first of built_candidates() that exists, else None."""
+    env = os.environ.get(env_var)
+    if env:
+        if not Path(env).is_file():
+            raise OpsLibraryError(f"{env_var}={env} does not name a file; expected the path of {file_name}")
+        return Path(env)
+    return next((p for p in built_candidates(file_name) if p.is_file()), None)
+
+
 _lock = threading.Lock()
 _providers: dict[str, Path] = {}  # namespace -> library, noted at load_ops_library
 

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import logging
 import operator
-import os
-import sys
 from pathlib import Path
 
 import torch
@@ -35,24 +33,15 @@ LIBRARY_NAME = "libpt2rt_kernels.so"
 ENV_VAR = "PT2RT_KERNELS_LIBRARY"
 _MODES = {aten.gru.input: "gru", aten.rnn_tanh.input: "rnn_tanh", aten.rnn_relu.input: "rnn_relu",
           aten.lstm.input: "lstm"}
-_REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def library_candidates() -> list[Path]:
     """Where libpt2rt_kernels.so is looked for after $PT2RT_KERNELS_LIBRARY, in order."""
-    flavour = "cuda" if torch.version.cuda else "cpu"
-    build = _REPO_ROOT / "build"
-    return [build / f"{flavour}-release" / "lib" / LIBRARY_NAME, build / f"{flavour}-debug" / "lib" / LIBRARY_NAME,
-            Path(sys.prefix) / "lib" / LIBRARY_NAME]
+    return libraries.built_candidates(LIBRARY_NAME)
 
 
 def find_library() -> Path | None:
-    env = os.environ.get(ENV_VAR)
-    if env:
-        if not Path(env).is_file():
-            raise OpsLibraryError(f"{ENV_VAR}={env} does not name a file; expected the path of {LIBRARY_NAME}")
-        return Path(env)
-    return next((p for p in library_candidates() if p.is_file()), None)
+    return libraries.find_built(LIBRARY_NAME, ENV_VAR)
 
 
 def load_for(spec: dict) -> None:

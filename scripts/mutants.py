@@ -68,7 +68,7 @@ def matrix(*cases):
 mutant("close_enough always true", "runtime/src/runtime.cpp",
        "  return at::allclose(a, e, tol.rtol, atol, /*equal_nan=*/true);", "  return true;",
        ctest("^Verify[.]"))
-mutant("dynamic range not checked", "runtime/src/runtime.cpp",
+mutant("dynamic range not checked", "runtime/src/shapes.cpp",
        "      if (size < dd.min || (dd.max && size > *dd.max)) {", "      if (false) {",
        matrix("batch_above_range", "batch_zero"))
 mutant("registration not checked", "runtime/src/ops_libraries.cpp",
@@ -89,7 +89,7 @@ mutant("schemas not compared", "runtime/src/ops_libraries.cpp",
 mutant("outputs that alias handed out as they are", "runtime/src/runtime.cpp",
        "    if (not_own) t = t.clone(at::MemoryFormat::Contiguous);", "",
        ctest("OutputsAreOwned"))
-mutant("derived dim: any size accepted", "runtime/src/runtime.cpp",
+mutant("derived dim: any size accepted", "runtime/src/shapes.cpp",
        "        if ((size - dd.offset) % dd.scale != 0) {", "        if (false) {",
        pytest("tests/python/test_zoo.py", "-k", "derived_dims"))
 mutant("golden atol_rel ignored (fixed atol)", "runtime/src/runtime.cpp",
@@ -124,7 +124,7 @@ mutant("set_num_threads not applied on the calling thread", "runtime/src/runtime
 mutant("run_into: a dynamic dim not checked after the run", "runtime/src/runtime.cpp",
        "    if (outs[i].sizes() != at::IntArrayRef(outputs[i].shape)) {", "    if (false) {",
        ctest("RunInto"))
-mutant("run_into: a buffer overlapping an input accepted", "runtime/src/runtime.cpp",
+mutant("run_into: a buffer overlapping an input accepted", "runtime/src/shapes.cpp",
        "      if (in.device == o.device && overlap(", "      if (false && overlap(",
        ctest("RunInto|CApi[.]Options"))
 mutant("load_from_memory: golden cases not kept", "runtime/src/runtime.cpp",
@@ -464,6 +464,7 @@ def main() -> int:
         return 2
     env = dict(os.environ, IDENTITY_CONV_OPS_LIBRARY=str(build_dir / "lib" / "libidentity_conv_ops.so"),
                PT2RT_KERNELS_LIBRARY=str(build_dir / "lib" / "libpt2rt_kernels.so"),
+               PT2RT_LITE_LIBRARY=str(build_dir / "lib" / "libpt2rt_lite.so"),
                PT2RT_TEST_PACKAGES_DIR=str(build_dir / "test-packages"))
     # Each selector must pass on the unmutated source, or a "killed" below would mean nothing.
     for sel in dict.fromkeys(s for m in chosen for s in m.selectors):

@@ -21,7 +21,7 @@ fi
 log "pytest ($FLAVOUR${pytest_args:+: ${pytest_args[*]}})"
 # PT2RT_TEST_PACKAGES_DIR: what ctest exported just now, which pytest's `exported` takes where it asks the same
 (cd "$ROOT" && IDENTITY_CONV_OPS_LIBRARY=$BUILD_DIR/lib/libidentity_conv_ops.so \
-   PT2RT_KERNELS_LIBRARY=$BUILD_DIR/lib/libpt2rt_kernels.so \
+   PT2RT_KERNELS_LIBRARY=$BUILD_DIR/lib/libpt2rt_kernels.so PT2RT_LITE_LIBRARY=$BUILD_DIR/lib/libpt2rt_lite.so \
    PT2RT_TEST_PACKAGES_DIR=$BUILD_DIR/test-packages "$PYTHON" -m pytest -q -p no:cacheprovider \
    --durations=15 --durations-min=10 "${pytest_args[@]}") || status=1
 if [ "$FLAVOUR" = cpu ]; then

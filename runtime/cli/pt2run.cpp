@@ -82,9 +82,11 @@ pt2rt::Spec printable_spec(pt2rt::Spec s) {
       for (auto& m : c.methods) m = printable(m);
     }
   }
-  for (auto& v : s.variants) {
-    for (auto* f : {&v.isa, &v.model, &v.arch, &v.record, &v.sha256}) *f = printable(*f);
-    for (auto& f : v.cpu_features) f = printable(f);
+  for (auto* list : {&s.variants, &s.lite_variants}) {
+    for (auto& v : *list) {
+      for (auto* f : {&v.isa, &v.model, &v.arch, &v.record, &v.sha256}) *f = printable(*f);
+      for (auto& f : v.cpu_features) f = printable(f);
+    }
   }
   std::map<std::string, std::string> metadata;
   for (const auto& [k, v] : s.metadata) metadata[printable(k)] = printable(v);
@@ -97,10 +99,13 @@ std::string g_cpu_isa;  // --cpu-isa, else $PT2RT_CPU_ISA
 int cmd_info(const std::string& package, bool json) {
   const pt2rt::Spec raw = pt2rt::Runtime::read_spec(package);
   const pt2rt::Spec spec = json ? raw : printable_spec(raw);
-  // Which variant this host would load, or why none.
+  // Which variant this host would load (pt2rt-lite: among the lite variants), or why none.
   std::string selected, none_reason;
   try {
-    selected = spec.variants[pt2rt::select_variant(raw, g_cpu_isa)].isa;
+    pt2rt::Spec choice = raw;
+    if (pt2rt::is_lite()) choice.variants = raw.lite_variants;
+    if (choice.variants.empty()) throw pt2rt::Error(pt2rt::ErrorCode::Package, "the package has no lite variants (export --lite)");
+    selected = choice.variants[pt2rt::select_variant(choice, g_cpu_isa)].isa;
   } catch (const pt2rt::Error& e) {
     none_reason = json ? e.what() : printable(e.what());
   }
@@ -121,13 +126,18 @@ int cmd_info(const std::string& package, bool json) {
   for (const auto& t : spec.outputs) os << "output       " << t.name << ": " << dims(t) << "\n";
   for (const auto& o : spec.custom_ops) os << "custom op    " << o.name << "  <- " << o.library << "\n";
   for (const auto& c : spec.custom_classes) os << "custom class " << c.name << "  <- " << c.library << "\n";
-  for (const auto& v : spec.variants) {
-    const std::string why = printable(pt2rt::why_variant_cannot_run(raw.variants[static_cast<size_t>(&v - spec.variants.data())]));
-    os << "variant      " << v.isa << (v.isa == selected ? "  (selected here)" : "") << "  " << v.arch
-              << ", model " << v.model << ", " << v.record << "  sha256 " << v.sha256 << "\n"
-              << "  features   " << (v.cpu_features.empty() ? "(baseline " + v.arch + ")" : join(v.cpu_features, " "))
-              << "\n";
-    if (!why.empty()) os << "  not here   " << why << "\n";
+  for (const bool lite : {false, true}) {
+    const auto& list = lite ? spec.lite_variants : spec.variants;
+    const auto& raw_list = lite ? raw.lite_variants : raw.variants;
+    for (const auto& v : list) {
+      const std::string why = printable(pt2rt::why_variant_cannot_run(raw_list[static_cast<size_t>(&v - list.data())]));
+      os << (lite ? "lite variant " : "variant      ") << v.isa
+         << (v.isa == selected && lite == pt2rt::is_lite() ? "  (selected here)" : "") << "  " << v.arch
+         << (lite ? std::string() : ", model " + v.model) << ", " << v.record << "  sha256 " << v.sha256 << "\n"
+         << "  features   " << (v.cpu_features.empty() ? "(baseline " + v.arch + ")" : join(v.cpu_features, " "))
+         << "\n";
+      if (!why.empty()) os << "  not here   " << why << "\n";
+    }
   }
   os << "selected     " << (selected.empty() ? "none: " + none_reason : selected) << "\n"
             << "golden       " << spec.golden_names.size() << " cases in " << spec.golden_record << "\n";
@@ -147,7 +157,8 @@ int cmd_host(bool json) {
   }
   std::cout << "arch         " << pt2rt::host_arch() << "\n"
             << "cpu features " << join(have, " ") << "\n"
-            << "runtime      pt2rt " << pt2rt::version() << ", torch " << pt2rt::torch_version() << "\n";
+            << "runtime      " << (pt2rt::is_lite() ? "pt2rt-lite " : "pt2rt ") << pt2rt::version() << ", torch "
+            << pt2rt::torch_version() << "\n";
   return kExitOk;
 }
 

@@ -1,6 +1,6 @@
 // CPU features of this host, in the vocabulary of the spec (export_tools.cpu: the compiler's ISA macro names,
 // __AVX512BF16__ -> "avx512bf16"), and the choice of a package's CPU variant.
-#include "internal.h"
+#include "common.h"
 
 #include <algorithm>
 #include <cstdlib>

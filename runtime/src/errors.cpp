@@ -1,5 +1,5 @@
-// Error classes: exit codes and names (docs/errors.md), and error messages without torch's backtraces.
-#include "internal.h"
+// Error classes: exit codes and names (docs/errors.md).
+#include "common.h"
 
 #include <string>
 
@@ -29,19 +29,4 @@ const char* error_code_name(ErrorCode code) {
   return "runtime";
 }
 
-namespace detail {
-
-std::string short_what(const std::exception& e) {
-  std::string text;
-  if (const auto* c10e = dynamic_cast<const c10::Error*>(&e)) {
-    text = c10e->what_without_backtrace();
-  } else {
-    text = e.what();
-  }
-  const auto nl = text.find('\n');
-  if (nl != std::string::npos) text.resize(nl);
-  return text;
-}
-
-}  // namespace detail
 }  // namespace pt2rt

@@ -2,7 +2,7 @@
 // process-global state (AOTInductor's own extraction reads $TMPDIR, which would have to be changed under a lock
 // for every load), record names checked before anything is written, sizes bounded, and the SHA-256 checked on
 // the very bytes that are written and then dlopen'ed.
-#include "internal.h"
+#include "common.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -127,12 +127,15 @@ Extraction::~Extraction() {
 }
 
 std::shared_ptr<Extraction> extract_variant(const Package& package, const Variant& variant, const Options& options) {
-  const std::string folder = "data/aotinductor/" + variant.model + "/";
+  // a lite variant (no model name) is its library alone; AOTInductor's variants are their model folder and the
+  // package's constants and weights
+  const bool lite = variant.model.empty();
+  const std::string folder = lite ? variant.record : "data/aotinductor/" + variant.model + "/";
   std::vector<std::string> wanted, libraries;
   uint64_t total = 0;
   for (const auto& name : package.records()) {
-    const bool own = starts_with(name, folder);
-    if (!own && !starts_with(name, "data/constants/") && !starts_with(name, "data/weights/")) continue;
+    const bool own = lite ? name == variant.record : starts_with(name, folder);
+    if (!own && (lite || (!starts_with(name, "data/constants/") && !starts_with(name, "data/weights/")))) continue;
     if (own && name.size() > 3 && name.compare(name.size() - 3, 3, ".so") == 0) libraries.push_back(name);
     wanted.push_back(name);
     total += package.size_of(name);

@@ -1,9 +1,7 @@
-// Reading a package: its records, its spec record, its compiled library's hash. Nothing here loads code.
-#include "internal.h"
-#include "parsers.h"
+// Reading a package: its records, its spec record, its compiled library's hash. Nothing here loads code (nor
+// needs torch: the zip archive comes through ArchiveReader).
+#include "common.h"
 
-#include <caffe2/serialize/inline_container.h>
-#include <caffe2/serialize/read_adapter_interface.h>
 #include <openssl/evp.h>
 
 #include <sys/stat.h>
@@ -18,23 +16,6 @@ namespace pt2rt::detail {
 namespace {
 
 constexpr const char* kModelDir = "data/aotinductor/";
-
-// Borrowed bytes as torch's zip reader reads a file.
-class MemoryReader : public caffe2::serialize::ReadAdapterInterface {
- public:
-  MemoryReader(const void* bytes, size_t size) : bytes_(static_cast<const char*>(bytes)), size_(size) {}
-  size_t size() const override { return size_; }
-  size_t read(uint64_t pos, void* buf, size_t n, const char* /*what*/) const override {
-    if (pos >= size_) return 0;
-    const size_t count = std::min<uint64_t>(n, size_ - pos);
-    std::memcpy(buf, bytes_ + pos, count);
-    return count;
-  }
-
- private:
-  const char* bytes_;
-  size_t size_;
-};
 
 }  // namespace
 
@@ -78,9 +59,9 @@ Package::Package(const std::string& path, const Limits& limits) : path_(path), l
   if (S_ISDIR(st.st_mode)) throw Error(ErrorCode::Package, path + " is a directory; expected a .pt2 package file");
   if (st.st_size == 0) throw Error(ErrorCode::Package, path + " is empty; expected a .pt2 package");
   try {
-    reader_ = std::make_unique<caffe2::serialize::PyTorchStreamReader>(path);
+    reader_ = open_archive(path);
   } catch (const std::exception& e) {
-    (void)e;  // torch's reader explains zip internals; the user needs the verdict
+    (void)e;  // the reader explains zip internals; the user needs the verdict
     throw Error(ErrorCode::Package, path + " is not a .pt2 package (not a readable zip archive)");
   }
   open_records();
@@ -91,7 +72,7 @@ Package::Package(const void* bytes, size_t size, const std::string& name, const 
   if (bytes == nullptr && size != 0) throw Error(ErrorCode::Usage, name + ": the bytes are NULL");
   if (size == 0) throw Error(ErrorCode::Package, name + " is empty; expected a .pt2 package");
   try {
-    reader_ = std::make_unique<caffe2::serialize::PyTorchStreamReader>(std::make_shared<MemoryReader>(bytes, size));
+    reader_ = open_archive(bytes, size);
   } catch (const std::exception& e) {
     (void)e;
     throw Error(ErrorCode::Package, name + " is not a .pt2 package (not a readable zip archive)");
@@ -102,7 +83,7 @@ Package::Package(const void* bytes, size_t size, const std::string& name, const 
 void Package::open_records() {
   const std::string& path = path_;
   try {
-    records_ = reader_->getAllRecords();  // torch refuses records outside the archive's root folder
+    records_ = reader_->records();  // the readers refuse records outside the archive's root folder
   } catch (const std::exception& e) {
     (void)e;
     throw Error(ErrorCode::Package, path + " is not a .pt2 package (not a readable zip archive)");
@@ -129,7 +110,7 @@ Package::~Package() = default;
 
 uint64_t Package::size_of(const std::string& name) const {
   try {
-    return reader_->getRecordSize(name);
+    return reader_->size_of(name);
   } catch (const std::exception& e) {
     throw Error(ErrorCode::Package, path_ + ": cannot read record " + name + " (damaged archive?): " + short_what(e));
   }
@@ -147,7 +128,7 @@ std::vector<char> Package::read(const std::string& name, uint64_t limit) const {
   }
   try {
     std::vector<char> out(static_cast<size_t>(size));
-    if (size != 0) reader_->getRecord(name, out.data(), out.size());
+    if (size != 0) reader_->read(name, out.data(), out.size());
     return out;
   } catch (const std::exception& e) {
     throw Error(ErrorCode::Package, path_ + ": cannot read record " + name + " (damaged archive?): " + short_what(e));
@@ -171,6 +152,44 @@ std::string Package::metadata_record() const {
 Spec Package::spec() const {
   const std::vector<char> bytes = read(metadata_record(), limits_.max_metadata_bytes);
   return parse_spec(std::string(bytes.begin(), bytes.end()), path_);
+}
+
+std::unique_ptr<Package> open_package(const std::string& path, const Limits& limits, bool keep_open,
+                                      FileIdentity& identity) {
+  if (keep_open) return std::make_unique<Package>(path, limits);
+  // the identity of the file opened, to know it again: the path's before and after opening, the same
+  for (int attempt = 0;; ++attempt) {
+    identity = file_identity(path);
+    auto package = std::make_unique<Package>(path, limits);
+    if (file_identity(path) == identity) return package;
+    if (attempt == 2) throw Error(ErrorCode::Package, path + " kept being replaced while it was opened");
+  }
+}
+
+std::vector<char> golden_record(const Package* package, bool from_memory, const std::vector<char>& kept,
+                                const std::string& path, const FileIdentity& identity, const Limits& limits,
+                                const Spec& spec) {
+  if (package) return package->read(spec.golden_record);
+  if (from_memory) {
+    if (kept.empty()) {
+      throw Error(ErrorCode::Package, path + " was loaded with keep_package_open off: its golden cases were not kept");
+    }
+    return kept;
+  }
+  const auto changed = [&] {
+    return Error(ErrorCode::Package, path + " is not the file that was loaded (replaced, or changed since); load it "
+                                            "again to read its golden cases");
+  };
+  FileIdentity now;
+  try {
+    now = file_identity(path);
+  } catch (const Error&) {
+    throw changed();
+  }
+  if (now != identity) throw changed();
+  const Package again(path, limits);
+  if (file_identity(path) != identity) throw changed();
+  return again.read(spec.golden_record);
 }
 
 std::string sha256_hex(const void* data, size_t size) {

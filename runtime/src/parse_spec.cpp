@@ -1,5 +1,5 @@
 // Byte parser: a package's AOTI metadata record -> its pt2rt Spec (docs/package-format.md). Fuzzed (fuzz_spec).
-#include "parsers.h"
+#include "common.h"
 
 #include <nlohmann/json.hpp>
 
@@ -110,6 +110,24 @@ Variant parse_variant(const nlohmann::json& j, const std::string& path) {
   return v;
 }
 
+// A lite variant (export --lite): a library outside the model folders, under pt2rt/lite/; no model name.
+Variant parse_lite_variant(const nlohmann::json& j, const std::string& path) {
+  Variant v;
+  v.isa = j.at("isa").get<std::string>();
+  v.arch = j.at("arch").get<std::string>();
+  v.vec_isa = j.at("vec_isa").get<std::string>();
+  v.compile_flags = j.at("compile_flags").get<std::vector<std::string>>();
+  v.cpu_features = j.at("cpu_features").get<std::vector<std::string>>();
+  v.record = j.at("record").get<std::string>();
+  if (v.record.rfind("pt2rt/lite/", 0) != 0 || v.record.find("..") != std::string::npos) {
+    malformed(path, "lite variant " + v.isa + ": its library " + v.record + " is outside pt2rt/lite/");
+  }
+  v.sha256 = j.at("sha256").get<std::string>();
+  v.size = integer(j.at("size"), "lite variant " + v.isa + " size", path);
+  if (v.size < 0) malformed(path, "lite variant " + v.isa + " size is negative");
+  return v;
+}
+
 CustomOpSpec parse_custom(const nlohmann::json& j) {
   CustomOpSpec c;
   c.name = j.at("name").get<std::string>();
@@ -180,6 +198,13 @@ Spec parse_spec(const std::string& json_text, const std::string& path) {
     }
     for (const auto& v : j.at("variants")) s.variants.push_back(parse_variant(v, path));
     if (s.variants.empty()) malformed(path, "the package has no variants");
+    if (j.contains("lite_variants")) {
+      for (const auto& v : j.at("lite_variants")) s.lite_variants.push_back(parse_lite_variant(v, path));
+      for (size_t a = 0; a < s.lite_variants.size(); ++a)
+        for (size_t b = a + 1; b < s.lite_variants.size(); ++b)
+          if (s.lite_variants[a].isa == s.lite_variants[b].isa)
+            malformed(path, "lite variant " + s.lite_variants[a].isa + " appears twice");
+    }
     for (size_t a = 0; a < s.variants.size(); ++a) {
       for (size_t b = 0; b < a; ++b) {
         if (s.variants[a].isa == s.variants[b].isa || s.variants[a].model == s.variants[b].model) {

@@ -11,9 +11,6 @@
 
 namespace pt2rt::detail {
 
-// A package's AOTI metadata record (JSON, with the pt2rt spec as a string inside) -> the spec.
-Spec parse_spec(const std::string& json_text, const std::string& package_path);
-
 // torch.save (zip) bytes -> the saved value. What our checks reject throws DamagedFile (its message is for
 // users); what torch rejects throws torch's c10::Error.
 struct DamagedFile : std::runtime_error {

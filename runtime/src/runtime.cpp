@@ -60,83 +60,6 @@ namespace {
 const char* kVersion = PT2RT_VERSION;
 
 
-std::string dims_str(const TensorSpec& t) {
-  std::vector<std::string> dims;
-  for (auto s : t.shape) dims.push_back(std::to_string(s));
-  for (const auto& d : t.dynamic_dims) dims[d.dim] = d.name;
-  std::string out = "[";
-  for (size_t i = 0; i < dims.size(); ++i) out += (i ? ", " : "") + dims[i];
-  return out + "]";
-}
-
-void validate(const Spec& spec, const std::vector<TensorView>& inputs) {
-  if (inputs.size() != spec.inputs.size()) {
-    std::string names;
-    for (const auto& t : spec.inputs) names += (names.empty() ? "" : ", ") + t.name;
-    throw Error(ErrorCode::Input, "expected " + std::to_string(spec.inputs.size()) + " input" +
-                                      (spec.inputs.size() == 1 ? "" : "s") + " (" + names + "), got " +
-                                      std::to_string(inputs.size()));
-  }
-  const Device device = spec.device;
-  std::map<std::string, std::pair<int64_t, std::string>> named;  // dim name -> (size, where seen)
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const TensorView& v = inputs[i];
-    const TensorSpec& s = spec.inputs[i];
-    const std::string who = "input " + std::to_string(i) + " (" + s.name + ")";
-    if (v.dtype != s.dtype) {
-      throw Error(ErrorCode::Input, who + ": expected dtype " + dtype_name(s.dtype) + ", got " + dtype_name(v.dtype));
-    }
-    if (v.shape.size() != s.shape.size()) {
-      throw Error(ErrorCode::Input, who + ": expected " + std::to_string(s.shape.size()) + " dims " + dims_str(s) +
-                                        ", got " + std::to_string(v.shape.size()) + " dims " +
-                                        detail::shape_str(v.shape));
-    }
-    int64_t numel = 1;
-    for (size_t d = 0; d < s.shape.size(); ++d) {
-      if (v.shape[d] < 0) throw Error(ErrorCode::Input, who + ": negative size in shape " + detail::shape_str(v.shape));
-      numel *= v.shape[d];
-      if (s.shape[d] != -1 && v.shape[d] != s.shape[d]) {
-        throw Error(ErrorCode::Input, who + ": expected shape " + dims_str(s) + ", got " + detail::shape_str(v.shape) +
-                                          " (dim " + std::to_string(d) + " must be " + std::to_string(s.shape[d]) +
-                                          ")");
-      }
-    }
-    for (const auto& dd : s.dynamic_dims) {
-      const int64_t size = v.shape[dd.dim];
-      if (size < dd.min || (dd.max && size > *dd.max)) {
-        throw Error(ErrorCode::Input, who + ": dim " + std::to_string(dd.dim) + " (" + dd.name + ") must be in " +
-                                          std::to_string(dd.min) + ".." +
-                                          (dd.max ? std::to_string(*dd.max) : std::string("inf")) + ", got " +
-                                          std::to_string(size));
-      }
-      auto same = [&](const std::string& name, int64_t value) {
-        auto [it, inserted] = named.try_emplace(name, value, who);
-        if (!inserted && it->second.first != value) {
-          const std::string what = name == dd.name ? ") is " + std::to_string(value)
-                                                   : ") makes " + name + " = " + std::to_string(value);
-          throw Error(ErrorCode::Input, who + ": dim " + std::to_string(dd.dim) + " (" + dd.name + what + ", but " +
-                                            it->second.second + " has " + name + " = " +
-                                            std::to_string(it->second.first));
-        }
-      };
-      same(dd.name, size);
-      if (!dd.of.empty()) {
-        if ((size - dd.offset) % dd.scale != 0) {
-          throw Error(ErrorCode::Input, who + ": dim " + std::to_string(dd.dim) + " must be " + dd.name +
-                                            " for a whole " + dd.of + ", got " + std::to_string(size));
-        }
-        same(dd.of, (size - dd.offset) / dd.scale);
-      }
-    }
-    // memory on another device than the package's is copied there (run_model); a GPU this host lacks is not
-    if (v.device != device && v.device == Device::CUDA && !torch::cuda::is_available()) {
-      throw Error(ErrorCode::Input, who + ": a cuda tensor, but this host has no usable CUDA device (the package "
-                                          "runs on " + device_name(device) + ")");
-    }
-    if (v.data == nullptr && numel != 0) throw Error(ErrorCode::Input, who + ": data is null");
-  }
-}
-
 double magnitude(const at::Tensor& t) {
   const at::Tensor m = t.abs().masked_select(at::isfinite(t));
   return m.numel() ? m.max().item<double>() : 0.0;
@@ -237,17 +160,7 @@ Runtime Runtime::load(const std::string& package_path, const Options& options) {
   impl->device_index = options.device_index;
   impl->package_path = package_path;
   impl->limits = detail::limits_of(options);
-  if (options.keep_package_open) {
-    impl->package = std::make_unique<detail::Package>(package_path, impl->limits);
-  } else {
-    // the identity of the file opened, to know it again: the path's before and after opening, the same
-    for (int attempt = 0;; ++attempt) {
-      impl->identity = detail::file_identity(package_path);
-      impl->package = std::make_unique<detail::Package>(package_path, impl->limits);
-      if (detail::file_identity(package_path) == impl->identity) break;
-      if (attempt == 2) throw Error(ErrorCode::Package, package_path + " kept being replaced while it was opened");
-    }
-  }
+  impl->package = detail::open_package(package_path, impl->limits, options.keep_package_open, impl->identity);
   load_opened(*impl, options);
   if (!options.keep_package_open) impl->package.reset();
   return Runtime(std::move(impl));
@@ -285,7 +198,7 @@ std::vector<at::Tensor> checked(std::vector<at::Tensor> outputs) {
 // keeps while it looks at the outputs), constants, each other.
 std::vector<at::Tensor> run_model(const Runtime::Impl& impl, const std::vector<TensorView>& inputs,
                                   std::vector<at::Tensor>& args, bool validated = false) {
-  if (!validated) validate(impl.spec, inputs);
+  if (!validated) detail::validate_inputs(impl.spec, inputs, torch::cuda::is_available());
   args.reserve(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     at::Tensor t = detail::borrow(inputs[i]);
@@ -323,17 +236,6 @@ std::vector<at::Tensor> run_model(const Runtime::Impl& impl, const std::vector<T
   }
 }
 
-bool overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
-  const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
-  return a_bytes && b_bytes && x < y + b_bytes && y < x + a_bytes;
-}
-
-size_t bytes_of(const std::vector<int64_t>& shape, DType dtype) {
-  size_t n = dtype_size(dtype);
-  for (auto d : shape) n *= static_cast<size_t>(d);
-  return n;
-}
-
 }  // namespace
 
 std::vector<Tensor> Runtime::run(const std::vector<TensorView>& inputs) const {
@@ -358,42 +260,8 @@ std::vector<Tensor> Runtime::run(const std::vector<TensorView>& inputs) const {
 
 void Runtime::run_into(const std::vector<TensorView>& inputs, const std::vector<OutputView>& outputs) const {
   const Spec& spec = impl_->spec;
-  validate(spec, inputs);
-  if (outputs.size() != spec.outputs.size()) {
-    throw Error(ErrorCode::Usage, "run_into: expected " + std::to_string(spec.outputs.size()) + " output view" +
-                                      (spec.outputs.size() == 1 ? "" : "s") + ", got " + std::to_string(outputs.size()));
-  }
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    const OutputView& o = outputs[i];
-    const TensorSpec& s = spec.outputs[i];
-    const std::string who = "run_into: output " + std::to_string(i) + " (" + s.name + ")";
-    if (o.dtype != s.dtype) {
-      throw Error(ErrorCode::Usage, who + ": expected dtype " + dtype_name(s.dtype) + ", got " + dtype_name(o.dtype));
-    }
-    bool shape_ok = o.shape.size() == s.shape.size();
-    for (size_t d = 0; shape_ok && d < s.shape.size(); ++d) shape_ok = o.shape[d] >= 0 && (s.shape[d] == -1 || o.shape[d] == s.shape[d]);
-    if (!shape_ok) {
-      throw Error(ErrorCode::Usage, who + ": expected shape " + dims_str(s) + ", got " + detail::shape_str(o.shape));
-    }
-    detail::check_shape(TensorView{o.data, o.shape, o.dtype}, who.c_str());
-    if (o.device != Device::CPU && o.device != spec.device) {
-      throw Error(ErrorCode::Usage, who + ": a " + device_name(o.device) + " buffer; expected a cpu or " +
-                                        device_name(spec.device) + " one");
-    }
-    const size_t bytes = bytes_of(o.shape, o.dtype);
-    if (o.data == nullptr && bytes != 0) throw Error(ErrorCode::Usage, who + ": data is null");
-    for (size_t j = 0; j < i; ++j) {
-      if (overlap(o.data, bytes, outputs[j].data, bytes_of(outputs[j].shape, outputs[j].dtype))) {
-        throw Error(ErrorCode::Usage, who + ": its buffer overlaps output " + std::to_string(j) + "'s");
-      }
-    }
-    for (size_t j = 0; j < inputs.size(); ++j) {
-      const TensorView& in = inputs[j];
-      if (in.device == o.device && overlap(o.data, bytes, in.data, bytes_of(in.shape, in.dtype))) {
-        throw Error(ErrorCode::Usage, who + ": its buffer overlaps input " + std::to_string(j) + "'s");
-      }
-    }
-  }
+  detail::validate_inputs(spec, inputs, torch::cuda::is_available());
+  detail::check_output_views(spec, inputs, outputs);
   const detail::RunMemory::Scope reuse(impl_->run_memory.get());  // ends after the model's outputs are freed
   std::vector<at::Tensor> args;
   const std::vector<at::Tensor> outs = run_model(*impl_, inputs, args, /*validated=*/true);
@@ -423,42 +291,15 @@ const std::vector<std::string>& Runtime::ops_libraries() const { return impl_->l
 const Variant& Runtime::variant() const { return impl_->spec.variants[impl_->variant]; }
 
 
-namespace {
-
-detail::Golden read_golden(const detail::Package& package, const Spec& spec) {
-  return detail::parse_golden(package.read(spec.golden_record), package.path());
-}
-
-}  // namespace
 
 namespace {
 
 // The golden cases of the package that was loaded: through the file held open, else the path opened again if it
 // still is that file.
 detail::Golden golden_of(const Runtime::Impl& impl) {
-  if (impl.package) return read_golden(*impl.package, impl.spec);
-  if (impl.from_memory) {
-    if (impl.golden.empty()) {
-      throw Error(ErrorCode::Package, impl.package_path + " was loaded with keep_package_open off: its golden cases "
-                                                          "were not kept");
-    }
-    return detail::parse_golden(impl.golden, impl.package_path);
-  }
-  const std::string& path = impl.package_path;
-  const auto changed = [&] {
-    return Error(ErrorCode::Package, path + " is not the file that was loaded (replaced, or changed since); load it "
-                                            "again to read its golden cases");
-  };
-  detail::FileIdentity now;
-  try {
-    now = detail::file_identity(path);
-  } catch (const Error&) {
-    throw changed();
-  }
-  if (now != impl.identity) throw changed();
-  const detail::Package package(path, impl.limits);
-  if (detail::file_identity(path) != impl.identity) throw changed();
-  return read_golden(package, impl.spec);
+  return detail::parse_golden(detail::golden_record(impl.package.get(), impl.from_memory, impl.golden, impl.package_path,
+                                                    impl.identity, impl.limits, impl.spec),
+                              impl.package_path);
 }
 
 }  // namespace
@@ -489,7 +330,7 @@ VerifyReport Runtime::verify() const {
         if (!dtype) throw Error(ErrorCode::Input, "a golden input has the unsupported dtype " + std::string(c10::toString(t.scalar_type())));
         shapes.push_back(TensorView{&r, t.sizes().vec(), *dtype, cuda ? Device::CUDA : Device::CPU});
       }
-      validate(spec, shapes);
+      detail::validate_inputs(spec, shapes, torch::cuda::is_available());
     } catch (const Error& e) {
       r.reason = e.what();
       report.cases.push_back(r);
@@ -543,5 +384,6 @@ VerifyReport Runtime::verify() const {
 }
 
 const char* version() { return kVersion; }
+bool is_lite() { return false; }
 
 }  // namespace pt2rt

@@ -14,67 +14,17 @@
 
 namespace pt2rt {
 
-namespace {
-
-struct DTypeInfo {
-  DType dtype;
-  const char* name;
-  at::ScalarType scalar;
-};
-
-constexpr DTypeInfo kDTypes[] = {
-    {DType::Float32, "float32", at::kFloat}, {DType::Float64, "float64", at::kDouble},
-    {DType::Float16, "float16", at::kHalf},  {DType::BFloat16, "bfloat16", at::kBFloat16},
-    {DType::Int64, "int64", at::kLong},      {DType::Int32, "int32", at::kInt},
-    {DType::Int16, "int16", at::kShort},     {DType::Int8, "int8", at::kChar},
-    {DType::UInt8, "uint8", at::kByte},      {DType::Bool, "bool", at::kBool},
-};
-
-const DTypeInfo& info(DType dtype) {
-  for (const auto& i : kDTypes)
-    if (i.dtype == dtype) return i;
-  throw Error(ErrorCode::Usage, "unknown pt2rt::DType " + std::to_string(static_cast<int>(dtype)));
-}
-
-}  // namespace
-
-const char* dtype_name(DType dtype) { return info(dtype).name; }
-const char* device_name(Device device) { return device == Device::CUDA ? "cuda" : "cpu"; }
-std::size_t dtype_size(DType dtype) { return c10::elementSize(info(dtype).scalar); }
-std::optional<DType> dtype_from_name(std::string_view name) {
-  for (const auto& i : kDTypes)
-    if (name == i.name) return i.dtype;
-  return std::nullopt;
-}
-
 namespace detail {
 
-at::ScalarType to_scalar_type(DType dtype) { return info(dtype).scalar; }
+// c10's ScalarType numbering is the shim's dtype code (dtypes.cpp)
+at::ScalarType to_scalar_type(DType dtype) { return static_cast<at::ScalarType>(dtype_code(dtype)); }
 
-std::optional<DType> from_scalar_type(at::ScalarType t) {
-  for (const auto& i : kDTypes)
-    if (i.scalar == t) return i.dtype;
-  return std::nullopt;
-}
+std::optional<DType> from_scalar_type(at::ScalarType t) { return dtype_of_code(static_cast<int32_t>(t)); }
 
 Tensor wrap(at::Tensor t) {
   auto dtype = from_scalar_type(t.scalar_type());
   if (!dtype) throw Error(ErrorCode::Runtime, std::string("unsupported tensor dtype ") + c10::toString(t.scalar_type()));
   return TensorAccess::make(t.contiguous(), *dtype);
-}
-
-void check_shape(const TensorView& view, const char* who) {
-  // torch multiplies the dims into strides and a byte size: a shape whose dims (zeros aside) multiply past int64
-  // is refused here, before a c10::Error from inside torch (an empty tensor of such a shape included)
-  uint64_t span = dtype_size(view.dtype);
-  for (const int64_t d : view.shape) {
-    if (d < 0) throw Error(ErrorCode::Usage, std::string(who) + ": negative dim in the shape " + shape_str(view.shape));
-    if (d > 1 && span > static_cast<uint64_t>(INT64_MAX) / static_cast<uint64_t>(d)) {
-      throw Error(ErrorCode::Usage, std::string(who) + ": the shape " + shape_str(view.shape) +
-                                        " is too large (its dims multiply past 2^63 bytes)");
-    }
-    if (d > 1) span *= static_cast<uint64_t>(d);
-  }
 }
 
 at::Tensor borrow(const TensorView& view) {
@@ -85,14 +35,17 @@ at::Tensor borrow(const TensorView& view) {
   return at::from_blob(const_cast<void*>(view.data), view.shape, options);
 }
 
-std::string shape_str(const std::vector<int64_t>& shape) {
-  std::ostringstream s;
-  s << "[";
-  for (size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
-  s << "]";
-  return s.str();
+std::string short_what(const std::exception& e) {
+  std::string text;
+  if (const auto* c10e = dynamic_cast<const c10::Error*>(&e)) {
+    text = c10e->what_without_backtrace();
+  } else {
+    text = e.what();
+  }
+  const auto nl = text.find('\n');
+  if (nl != std::string::npos) text.resize(nl);
+  return text;
 }
-
 
 }  // namespace detail
 

@@ -151,7 +151,7 @@ struct CustomOpSpec {
 // One compile of the model for one kind of CPU (export --cpu-isa): a package holds one or more.
 struct Variant {
   std::string isa;     // "native", "avx512", "avx2", "default"
-  std::string model;   // its AOTInductor model name inside the package
+  std::string model;   // its AOTInductor model name inside the package ("" for a lite variant)
   std::string arch;    // "x86_64", "aarch64"
   std::string vec_isa;  // inductor's name for its vector code
   std::vector<std::string> compile_flags;
@@ -182,6 +182,9 @@ struct Spec {
   std::string cuda_version;        // empty for CPU packages
   std::string compute_capability;  // empty for CPU packages
   std::vector<Variant> variants;
+  // Libraries that need no libtorch (export --lite), which pt2rt-lite runs: variants with no model name, their
+  // record under pt2rt/lite/. Empty when the package has none.
+  std::vector<Variant> lite_variants;
   std::string golden_record;
   std::vector<std::string> golden_names;
   std::map<std::string, Tolerance> tolerances;  // per output dtype name
@@ -323,6 +326,8 @@ PT2RT_API int remove_stale_temp_dirs();
 
 PT2RT_API const char* version();
 PT2RT_API const char* torch_version();
+// True in pt2rt-lite (a libpt2rt without libtorch: it loads a package's lite variants, Spec::lite_variants).
+PT2RT_API bool is_lite();
 // Threads each run() may use inside torch's kernels (torch's intra-op threads; default: one per core).
 // Process-wide, like torch's own setting: every thread's next run() uses it (its OpenMP and MKL threads), whichever
 // thread set it. With several threads calling run(), threads x this <= cores avoids oversubscription.

@@ -1,0 +1,280 @@
+"""Lite variants: model libraries that run without libtorch, in pt2rt-lite (docs/lite.md).
+
+inductor writes the model's C++ with libtorch left out (aot_inductor.link_libtorch off, package_cpp_only); it is
+built here with every aoti_torch_* name renamed pt2rt_lite_aoti_torch_* (a forced-include header made from the
+torch headers' own names), so that the lite runtime exports only pt2rt_* names and can share a process with
+libtorch. The library then needs libgomp, Sleef (libsleef.so.3, Debian's libsleef3) and the lite runtime's shim
+functions, nothing else: what else it calls is an op lite has no kernel for, refused here by name. TorchBind objects
+and custom ops are refused before the compile: lite has no class registry and no proxy executor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import ExportError
+
+PREFIX = "pt2rt_lite_"
+RECORD_DIR = "pt2rt/lite/"  # lite libraries, relative to the archive root (outside torch's model folders)
+# The shim functions the lite runtime implements (runtime/lite/shim.h declares them; a test holds the two equal).
+SHIM_FUNCTIONS = frozenset({
+    "aoti_torch_device_type_cpu", "aoti_torch_device_type_cuda", "aoti_torch_layout_strided",
+    "aoti_torch_dtype_float32", "aoti_torch_dtype_float64", "aoti_torch_dtype_float16", "aoti_torch_dtype_bfloat16",
+    "aoti_torch_dtype_int64", "aoti_torch_dtype_int32", "aoti_torch_dtype_int16", "aoti_torch_dtype_int8",
+    "aoti_torch_dtype_uint8", "aoti_torch_dtype_bool",
+    "aoti_torch_grad_mode_is_enabled", "aoti_torch_grad_mode_set_enabled",
+    "aoti_torch_delete_tensor_object", "aoti_torch_get_data_ptr", "aoti_torch_get_storage_size",
+    "aoti_torch_get_dim", "aoti_torch_get_numel", "aoti_torch_get_sizes", "aoti_torch_get_size",
+    "aoti_torch_get_strides", "aoti_torch_get_stride", "aoti_torch_get_dtype", "aoti_torch_get_device_type",
+    "aoti_torch_get_device_index", "aoti_torch_get_storage_offset", "aoti_torch_is_contiguous",
+    "aoti_torch_is_defined", "aoti_torch_new_tensor_handle", "aoti_torch__reinterpret_tensor",
+    "aoti_torch_empty_strided", "aoti_torch_create_tensor_from_blob", "aoti_torch_create_tensor_from_blob_v2",
+    "aoti_torch_clone", "aoti_torch_clone_preserve_strides", "aoti_torch_copy_",
+    "aoti_torch_cpu_addmm_out", "aoti_torch_cpu_mm_out", "aoti_torch_cpu_bmm_out", "aoti_torch_cpu_convolution",
+})
+# What a lite library may need besides the shim (DT_NEEDED); the lite bundle ships Sleef.
+LIBRARIES = ("libgomp.so.1", "libsleef.so.3", "libstdc++.so.6", "libm.so.6", "libgcc_s.so.1", "libc.so.6",
+             "ld-linux-x86-64.so.2", "ld-linux-aarch64.so.1")
+# inductor settings of a lite compile, on top of the CPU variant's: no libtorch, the C++ only (built here), and no
+# oneDNN packed weights (mkldnn ops are libtorch's)
+INDUCTOR_CONFIG = {"aot_inductor.link_libtorch": False, "aot_inductor.package_cpp_only": True,
+                   "aot_inductor.precompile_headers": False, "cpp.weight_prepack": False}
+
+
+class LiteError(ExportError):
+    """The model needs something the lite runtime does not have (named), or its lite library cannot be built."""
+
+
+@dataclass(frozen=True)
+class Library:
+    data: bytes
+    shim: tuple[str, ...]       # the shim functions it calls (unprefixed)
+    needed: tuple[str, ...]     # its DT_NEEDED libraries
+
+
+def refuse_unrunnable(custom: dict[str, Any]) -> None:
+    """Refuses, by name, what lite cannot run at all: TorchBind classes and custom ops (export's _custom_calls)."""
+    if custom["classes"]:
+        name = next(iter(custom["classes"]))
+        raise LiteError(f"lite cannot run TorchBind objects: the model uses {name} (lite has no class registry); "
+                        f"export without lite, or keep the object's work in an op")
+    if custom["ops"]:
+        name = next(iter(custom["ops"].values()))._schema.name  # "ns::op"
+        raise LiteError(f"lite has no kernel for the custom op {name}: lite runs aten ops only so far; export "
+                        f"without lite")
+
+
+def rename_header(torch_include: Path) -> str:
+    """#define aoti_torch_X pt2rt_lite_aoti_torch_X for every aoti_torch_ name torch's AOTInductor headers use."""
+    roots = [torch_include / "torch" / "csrc" / "inductor" / d
+             for d in ("aoti_torch", "aoti_runtime", "aoti_include")]
+    names: set[str] = set()
+    for root in roots:
+        for header in root.rglob("*.h"):
+            names.update(re.findall(r"\baoti_torch_\w+", header.read_text(errors="replace")))
+    lines = ["// made by export_tools.lite: the shim's names as the lite runtime exports them", "#pragma once"]
+    lines += [f"#define {n} {PREFIX}{n}" for n in sorted(names)]
+    return "\n".join(lines) + "\n"
+
+
+def build_library(records: dict[str, bytes], torch_include: Path, cxx: str = "g++") -> Library:
+    """Compile inductor's C++ package records (model folder relative names -> bytes) into a lite library."""
+    wrappers = [n for n in records if n.endswith(".wrapper.cpp")]
+    if len(wrappers) != 1:
+        raise LiteError(f"expected one generated wrapper source, found {wrappers}")
+    stem = wrappers[0][: -len(".cpp")]
+    flags = json.loads(records.get(stem + "_compile_flags.json", b"{}") or b"{}")
+    if not flags:
+        raise LiteError(f"inductor wrote no {stem}_compile_flags.json")
+    with tempfile.TemporaryDirectory(prefix="pt2rt-lite-") as tmp:
+        work = Path(tmp)
+        for name, data in records.items():
+            (work / name).parent.mkdir(parents=True, exist_ok=True)
+            (work / name).write_bytes(data)
+        (work / "pt2rt_lite_names.h").write_text(rename_header(torch_include))
+        defines = [f"-D{d.strip()}" for d in flags.get("definitions", []) if d.strip()]
+        includes = ["-I", str(torch_include), "-I", str(torch_include / "torch" / "csrc" / "api" / "include")]
+        cflags = [f"-{f}" for f in flags.get("cflags", []) if f and f not in ("shared", "g1")]
+        passthrough = " ".join(flags.get("passthrough_args", [])).split()
+        library = work / "model.so"
+        objects = [str(work / n) for n in records if n.endswith((".cpp", ".weights.o"))]
+        _run([cxx, *defines, *includes, *cflags, *passthrough, "-include", str(work / "pt2rt_lite_names.h"),
+              "-shared", *objects, "-o", str(library), "-Wl,-z,noexecstack", "-Wl,--as-needed", "-lgomp", "-lsleef"],
+             "compiling the lite model library", work)
+        stripped = work / "stripped.so"
+        _run([_tool("objcopy"), "--strip-debug", str(library), str(stripped)], "stripping the lite library", work)
+        undefined = _nm(stripped, "--undefined-only")
+        needed = _needed(stripped)
+        data = stripped.read_bytes()
+    shim = sorted(n[len(PREFIX):] for n in undefined if n.startswith(PREFIX))
+    missing = [n for n in shim if n not in SHIM_FUNCTIONS]
+    if missing:
+        raise LiteError(f"lite has no kernel for {_op_name(missing[0])} (the model library calls {missing[0]}"
+                        + (f" and {len(missing) - 1} more lite lacks" if len(missing) > 1 else "")
+                        + "); export without lite")
+    stray = [n for n in undefined if n.startswith("aoti_torch_") or n.startswith("_ZN") and "torch" in n]
+    if stray:
+        raise LiteError(f"the lite model library still calls libtorch's {stray[0]}")
+    foreign = [n for n in needed if n not in LIBRARIES]
+    if foreign:
+        raise LiteError(f"the lite model library needs {foreign[0]}, which the lite runtime does not ship")
+    return Library(data=data, shim=tuple(shim), needed=tuple(needed))
+
+
+@contextlib.contextmanager
+def compiling():
+    """inductor set up for a lite compile for the duration (inside the CPU variant's own settings)."""
+    from torch._inductor import config as inductor_config
+
+    with inductor_config.patch(INDUCTOR_CONFIG):
+        yield
+
+
+def library_from_cpp_package(cpp_package: Path) -> Library:
+    """The lite library of a package_cpp_only compile of one model."""
+    import torch
+    from torch.export.pt2_archive._package import PT2ArchiveReader
+
+    from .package import model_dir
+
+    own = model_dir("model")
+    with PT2ArchiveReader(str(cpp_package)) as reader:
+        records = {n.split(own, 1)[1]: reader.read_bytes(n) for n in reader.get_file_names() if own in n}
+    return build_library(records, Path(torch.__file__).parent / "include")
+
+
+def _op_name(shim_name: str) -> str:
+    """aoti_torch_cpu_index_put -> aten.index_put; other shim functions by their own name."""
+    m = re.fullmatch(r"aoti_torch_cpu_(\w+?)(_out)?", shim_name)
+    return f"aten.{m.group(1)}" if m else shim_name
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise LiteError(f"lite variants need {name} (binutils) on PATH")
+    return path
+
+
+def _run(cmd: list[str], what: str, cwd: Path) -> None:
+    result = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    if result.returncode != 0:
+        text = result.stderr or result.stdout
+        lines = [line for line in text.splitlines() if "error" in line.lower()] or text.strip().splitlines() or ["?"]
+        raise LiteError(f"{what} failed: {lines[0].strip()}")
+
+
+def _nm(library: Path, which: str) -> list[str]:
+    out = subprocess.run([_tool("nm"), "-D", which, str(library)], capture_output=True, text=True, check=True).stdout
+    return [line.split()[-1].split("@")[0] for line in out.splitlines() if line.strip()]
+
+
+def _needed(library: Path) -> list[str]:
+    out = subprocess.run([_tool("readelf"), "-d", str(library)], capture_output=True, text=True, check=True).stdout
+    return re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out)
+
+
+LIBRARY_NAME = "libpt2rt_lite.so"
+ENV_VAR = "PT2RT_LITE_LIBRARY"
+_DTYPE_CODES = {"float32": 6, "float64": 7, "float16": 5, "bfloat16": 15, "int64": 4, "int32": 3, "int16": 2,
+                "int8": 1, "uint8": 0, "bool": 11}
+
+
+def find_runtime() -> Path | None:
+    """The lite runtime library (runtime/lite) for checking lite libraries here: $PT2RT_LITE_LIBRARY, else this
+    checkout's build tree, else <sys.prefix>/lib."""
+    from . import libraries
+
+    return libraries.find_built(LIBRARY_NAME, ENV_VAR)
+
+
+class Runner:
+    """Runs a lite model library in this process through the lite runtime's shim (no libtorch in its calls: its
+    names are the shim's own, beside torch's). For export's golden check; programs use the lite C API."""
+
+    def __init__(self, library: bytes, runtime: Path):
+        import ctypes
+
+        self._ct = ctypes
+        self._shim = ctypes.CDLL(str(runtime), mode=ctypes.RTLD_GLOBAL)  # the model library resolves against it
+        self._dir = tempfile.TemporaryDirectory(prefix="pt2rt-lite-run-")
+        path = Path(self._dir.name) / "model.so"
+        path.write_bytes(library)
+        self._model = ctypes.CDLL(str(path))
+        self._handle = ctypes.c_void_p()
+        p = ctypes.c_void_p
+        self._shim.pt2rt_lite_shim_last_error.restype = ctypes.c_char_p
+        for name in ("get_sizes", "get_strides"):
+            getattr(self._shim, f"pt2rt_lite_aoti_torch_{name}").argtypes = [p, ctypes.POINTER(ctypes.POINTER(ctypes.c_int64))]
+        self._shim.pt2rt_lite_aoti_torch_create_tensor_from_blob.argtypes = [
+            p, ctypes.c_int64, p, p, ctypes.c_int64, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(p)]
+        self._model.AOTInductorModelContainerCreateWithDevice.argtypes = [ctypes.POINTER(p), ctypes.c_size_t,
+                                                                         ctypes.c_char_p, ctypes.c_char_p]
+        self._model.AOTInductorModelContainerRun.argtypes = [p, p, ctypes.c_size_t, p, ctypes.c_size_t, p, p]
+        self._model.AOTInductorModelContainerGetNumOutputs.argtypes = [p, ctypes.POINTER(ctypes.c_size_t)]
+        self._model.AOTInductorModelContainerDelete.argtypes = [p]
+        if self._model.AOTInductorModelContainerCreateWithDevice(ctypes.byref(self._handle), 1, b"cpu", None) != 0:
+            raise LiteError(f"the lite model library did not load: {self._error()}")
+        n = ctypes.c_size_t()
+        self._model.AOTInductorModelContainerGetNumOutputs(self._handle, ctypes.byref(n))
+        self._num_outputs = n.value
+
+    def _error(self) -> str:
+        return (self._shim.pt2rt_lite_shim_last_error() or b"").decode(errors="replace") or "no message"
+
+    def __call__(self, *inputs):
+        import torch
+
+        ct, shim = self._ct, self._shim
+        kept = [t.contiguous() for t in inputs]
+        handles = (ct.c_void_p * max(len(kept), 1))()
+        for i, t in enumerate(kept):
+            sizes = (ct.c_int64 * max(t.dim(), 1))(*t.shape)
+            strides = (ct.c_int64 * max(t.dim(), 1))(*t.stride())
+            code = _DTYPE_CODES[str(t.dtype).removeprefix("torch.")]
+            handle = ct.c_void_p()
+            if shim.pt2rt_lite_aoti_torch_create_tensor_from_blob(t.data_ptr(), t.dim(), sizes, strides, 0, code, 0, 0,
+                                                                 ct.byref(handle)) != 0:
+                raise LiteError(f"lite input {i}: {self._error()}")
+            handles[i] = handle.value  # the run takes it over
+        outputs = (ct.c_void_p * max(self._num_outputs, 1))()
+        if self._model.AOTInductorModelContainerRun(self._handle, handles, len(kept), outputs, self._num_outputs,
+                                                     None, None) != 0:
+            raise LiteError(f"the lite model library failed: {self._error()}")
+        return [self._take(outputs[i], torch) for i in range(self._num_outputs)]
+
+    def _take(self, handle, torch):
+        """A torch copy of a lite output tensor; the lite tensor is freed."""
+        ct, shim = self._ct, self._shim
+        h = ct.c_void_p(handle)
+        dim, dtype, offset, data = ct.c_int64(), ct.c_int32(), ct.c_int64(), ct.c_void_p()
+        sizes_p, strides_p = ct.POINTER(ct.c_int64)(), ct.POINTER(ct.c_int64)()
+        shim.pt2rt_lite_aoti_torch_get_dim(h, ct.byref(dim))
+        shim.pt2rt_lite_aoti_torch_get_dtype(h, ct.byref(dtype))
+        shim.pt2rt_lite_aoti_torch_get_sizes(h, ct.byref(sizes_p))
+        shim.pt2rt_lite_aoti_torch_get_strides(h, ct.byref(strides_p))
+        shim.pt2rt_lite_aoti_torch_get_data_ptr(h, ct.byref(data))
+        sizes = [sizes_p[i] for i in range(dim.value)]
+        strides = [strides_p[i] for i in range(dim.value)]
+        torch_dtype = getattr(torch, {v: k for k, v in _DTYPE_CODES.items()}[dtype.value])
+        item = torch.empty((), dtype=torch_dtype).element_size()
+        span = 1 + sum((s - 1) * st for s, st in zip(sizes, strides)) if all(sizes) else 0
+        raw = bytearray(ct.string_at(data.value, span * item)) if span else bytearray()
+        flat = torch.frombuffer(raw, dtype=torch_dtype) if raw else torch.empty(0, dtype=torch_dtype)
+        out = flat.as_strided(sizes, strides).clone() if span else torch.empty(sizes, dtype=torch_dtype)
+        shim.pt2rt_lite_aoti_torch_delete_tensor_object(h)
+        return out
+
+    def close(self) -> None:
+        if self._handle:
+            self._model.AOTInductorModelContainerDelete(self._handle)
+            self._handle = self._ct.c_void_p()
+        self._dir.cleanup()

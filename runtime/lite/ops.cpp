@@ -1,0 +1,216 @@
+// Kernels for the ops a lite model library leaves to its runtime (what inductor does not generate itself):
+// products and convolutions. Each returns exactly the sizes and strides ATen's would, which the model library's
+// generated code indexes by.
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "guard.h"
+#include "tensor.h"
+
+using namespace pt2rt::lite;
+
+namespace {
+
+void require_float32(const ShimTensor& t, const char* what) {
+  if (t.dtype != kFloat32)
+    throw std::invalid_argument(std::string(what) + " has dtype code " + std::to_string(t.dtype) +
+                                "; lite's kernels take float32");
+}
+
+// c[i, j] (= or +=) sum_k a[i, k] b[k, j] over strided float32 matrices; c's rows contiguous.
+void gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t a_cs, const float* b,
+          int64_t b_rs, int64_t b_cs, float* c, int64_t c_rs, float alpha, bool accumulate) {
+  // b as contiguous rows, so the inner loop runs along a row of b and of c
+  std::vector<float> packed;
+  if (b_cs != 1) {
+    packed.resize(static_cast<std::size_t>(k * n));
+    for (int64_t p = 0; p < k; ++p)
+      for (int64_t j = 0; j < n; ++j) packed[p * n + j] = b[p * b_rs + j * b_cs];
+    b = packed.data();
+    b_rs = n;
+  }
+  std::vector<float> row(static_cast<std::size_t>(n));
+  for (int64_t i = 0; i < m; ++i) {
+    std::fill(row.begin(), row.end(), 0.0f);
+    for (int64_t p = 0; p < k; ++p) {
+      const float x = a[i * a_rs + p * a_cs];
+      const float* bp = b + p * b_rs;
+      for (int64_t j = 0; j < n; ++j) row[j] += x * bp[j];
+    }
+    float* ci = c + i * c_rs;
+    if (accumulate)
+      for (int64_t j = 0; j < n; ++j) ci[j] += alpha * row[j];
+    else
+      for (int64_t j = 0; j < n; ++j) ci[j] = alpha * row[j];
+  }
+}
+
+void check_matrix(const ShimTensor& t, const char* what) {
+  require_float32(t, what);
+  if (t.dim() != 2) throw std::invalid_argument(std::string(what) + " is not a matrix");
+}
+
+// out = beta * self (broadcast to out) + alpha * mat1 @ mat2
+void addmm(ShimTensor& out, const ShimTensor* self, const ShimTensor& mat1, const ShimTensor& mat2, float beta, float alpha) {
+  check_matrix(out, "addmm's out");
+  check_matrix(mat1, "addmm's mat1");
+  check_matrix(mat2, "addmm's mat2");
+  const int64_t m = mat1.sizes[0], k = mat1.sizes[1], n = mat2.sizes[1];
+  if (mat2.sizes[0] != k || out.sizes[0] != m || out.sizes[1] != n)
+    throw std::invalid_argument("addmm: sizes do not agree");
+  if (out.strides[1] != 1 && n > 1) throw std::invalid_argument("addmm: out's rows are not contiguous");
+  float* c = static_cast<float*>(out.data());
+  const int64_t c_rs = out.strides[0];
+  bool accumulate = false;
+  if (self != nullptr && beta != 0.0f) {
+    require_float32(*self, "addmm's self");
+    // self broadcasts from the right: [n], [1, n], [m, n], [m, 1], [1, 1] or []
+    const int64_t sd = self->dim();
+    const int64_t s_rs = sd == 2 && self->sizes[0] != 1 ? self->strides[0] : 0;
+    const int64_t s_cs = sd >= 1 && self->sizes[sd - 1] != 1 ? self->strides[sd - 1] : 0;
+    const float* s = static_cast<const float*>(self->data());
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c[i * c_rs + j] = beta * s[i * s_rs + j * s_cs];
+    accumulate = true;
+  }
+  gemm(m, n, k, static_cast<const float*>(mat1.data()), mat1.strides[0], mat1.strides[1],
+       static_cast<const float*>(mat2.data()), mat2.strides[0], mat2.strides[1], c, c_rs, alpha, accumulate);
+}
+
+bool is_channels_last_2d(const ShimTensor& t) {
+  // ATen's rule (is_channels_last_strides_2d_s4), ambiguous cases falling back to contiguous
+  if (t.dim() != 4 || t.strides[1] == 0) return false;
+  int64_t min = 0;
+  for (int d : {1, 3, 2, 0}) {
+    if (t.sizes[d] == 0 || t.strides[d] < min) return false;
+    if (d == 0 && min == t.strides[1]) return false;
+    min = t.strides[d];
+    if (t.sizes[d] > 1) min *= t.sizes[d];
+  }
+  return true;
+}
+
+std::unique_ptr<ShimTensor> convolution(const ShimTensor& input, const ShimTensor& weight, const ShimTensor* bias,
+                                    const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
+                                    const std::vector<int64_t>& dilation, int64_t groups) {
+  require_float32(input, "convolution's input");
+  require_float32(weight, "convolution's weight");
+  const int64_t spatial = input.dim() - 2;
+  if (spatial < 1 || spatial > 2 || weight.dim() != input.dim())
+    throw std::invalid_argument("lite's convolution takes 1-d and 2-d convolutions, got input of rank " +
+                                std::to_string(input.dim()));
+  // a 1-d convolution as a 2-d one of height 1
+  auto at = [&](const std::vector<int64_t>& v, int64_t d, int64_t fill) {
+    if (spatial == 1) return d == 0 ? fill : v.at(v.size() == 1 ? 0 : static_cast<std::size_t>(d - 1));
+    return v.at(v.size() == 1 ? 0 : static_cast<std::size_t>(d));
+  };
+  const int64_t n = input.sizes[0], c_in = input.sizes[1];
+  const int64_t h = spatial == 2 ? input.sizes[2] : 1, w = input.sizes[spatial + 1];
+  const int64_t c_out = weight.sizes[0], c_per = weight.sizes[1];
+  const int64_t kh = spatial == 2 ? weight.sizes[2] : 1, kw = weight.sizes[spatial + 1];
+  const int64_t sh = at(stride, 0, 1), sw = at(stride, 1, 1);
+  const int64_t ph = at(padding, 0, 0), pw = at(padding, 1, 0);
+  const int64_t dh = at(dilation, 0, 1), dw = at(dilation, 1, 1);
+  if (groups < 1 || c_in != c_per * groups || c_out % groups != 0)
+    throw std::invalid_argument("convolution: channels do not agree with groups");
+  const int64_t oh = (h + 2 * ph - dh * (kh - 1) - 1) / sh + 1;
+  const int64_t ow = (w + 2 * pw - dw * (kw - 1) - 1) / sw + 1;
+  if (oh < 1 || ow < 1) throw std::invalid_argument("convolution: the kernel is larger than the padded input");
+
+  std::vector<int64_t> sizes = spatial == 2 ? std::vector<int64_t>{n, c_out, oh, ow}
+                                            : std::vector<int64_t>{n, c_out, ow};
+  std::vector<int64_t> strides = (spatial == 2 && (is_channels_last_2d(input) || is_channels_last_2d(weight)))
+                                     ? std::vector<int64_t>{oh * ow * c_out, 1, ow * c_out, c_out}
+                                     : contiguous_strides(sizes);
+  auto out = empty_strided(sizes, strides, kFloat32);
+
+  auto s4 = [&](const ShimTensor& t, int64_t d) {  // stride of dim d of the 2-d view
+    if (spatial == 2) return t.strides[d];
+    return d == 2 ? int64_t{0} : t.strides[d == 3 ? 2 : d];
+  };
+  const float* x = static_cast<const float*>(input.data());
+  const float* wt = static_cast<const float*>(weight.data());
+  float* y = static_cast<float*>(out->data());
+  const float* b = nullptr;
+  int64_t b_s = 0;
+  if (bias != nullptr) {
+    require_float32(*bias, "convolution's bias");
+    b = static_cast<const float*>(bias->data());
+    b_s = bias->strides[0];
+  }
+  const int64_t oc_per = c_out / groups;
+  for (int64_t in = 0; in < n; ++in)
+    for (int64_t oc = 0; oc < c_out; ++oc) {
+      const int64_t g = oc / oc_per;
+      for (int64_t oy = 0; oy < oh; ++oy)
+        for (int64_t ox = 0; ox < ow; ++ox) {
+          float acc = b != nullptr ? b[oc * b_s] : 0.0f;
+          for (int64_t ic = 0; ic < c_per; ++ic)
+            for (int64_t ky = 0; ky < kh; ++ky) {
+              const int64_t iy = oy * sh - ph + ky * dh;
+              if (iy < 0 || iy >= h) continue;
+              for (int64_t kx = 0; kx < kw; ++kx) {
+                const int64_t ix = ox * sw - pw + kx * dw;
+                if (ix < 0 || ix >= w) continue;
+                acc += x[in * s4(input, 0) + (g * c_per + ic) * s4(input, 1) + iy * s4(input, 2) + ix * s4(input, 3)] *
+                       wt[oc * s4(weight, 0) + ic * s4(weight, 1) + ky * s4(weight, 2) + kx * s4(weight, 3)];
+              }
+            }
+          y[in * s4(*out, 0) + oc * s4(*out, 1) + oy * s4(*out, 2) + ox * s4(*out, 3)] = acc;
+        }
+    }
+  return out;
+}
+
+}  // namespace
+
+AOTITorchError pt2rt_lite_aoti_torch_cpu_addmm_out(AtenTensorHandle out, AtenTensorHandle self, AtenTensorHandle mat1,
+                                                   AtenTensorHandle mat2, double beta, double alpha) {
+  return guarded("addmm", [&] {
+    addmm(*as_tensor(out), as_tensor(self), *as_tensor(mat1), *as_tensor(mat2), static_cast<float>(beta),
+          static_cast<float>(alpha));
+  });
+}
+
+AOTITorchError pt2rt_lite_aoti_torch_cpu_mm_out(AtenTensorHandle out, AtenTensorHandle self, AtenTensorHandle mat2) {
+  return guarded("mm", [&] { addmm(*as_tensor(out), nullptr, *as_tensor(self), *as_tensor(mat2), 0.0f, 1.0f); });
+}
+
+AOTITorchError pt2rt_lite_aoti_torch_cpu_bmm_out(AtenTensorHandle out, AtenTensorHandle self, AtenTensorHandle mat2) {
+  return guarded("bmm", [&] {
+    ShimTensor& o = *as_tensor(out);
+    const ShimTensor& a = *as_tensor(self);
+    const ShimTensor& b = *as_tensor(mat2);
+    if (o.dim() != 3 || a.dim() != 3 || b.dim() != 3 || a.sizes[0] != b.sizes[0] || o.sizes[0] != a.sizes[0])
+      throw std::invalid_argument("bmm: sizes do not agree");
+    for (int64_t i = 0; i < a.sizes[0]; ++i) {
+      auto slice = [i](const ShimTensor& t) {
+        ShimTensor s = t;
+        s.offset += i * t.strides[0];
+        s.sizes.erase(s.sizes.begin());
+        s.strides.erase(s.strides.begin());
+        return s;
+      };
+      ShimTensor os = slice(o);
+      addmm(os, nullptr, slice(a), slice(b), 0.0f, 1.0f);
+    }
+  });
+}
+
+AOTITorchError pt2rt_lite_aoti_torch_cpu_convolution(AtenTensorHandle input, AtenTensorHandle weight,
+                                                     AtenTensorHandle* bias, const int64_t* stride, int64_t stride_len,
+                                                     const int64_t* padding, int64_t padding_len,
+                                                     const int64_t* dilation, int64_t dilation_len, int32_t transposed,
+                                                     const int64_t*, int64_t, int64_t groups, AtenTensorHandle* ret0) {
+  return guarded("convolution", [&] {
+    if (transposed) throw std::invalid_argument("transposed convolutions are not in lite");
+    auto out = convolution(*as_tensor(input), *as_tensor(weight), bias != nullptr ? as_tensor(*bias) : nullptr,
+                           std::vector<int64_t>(stride, stride + stride_len),
+                           std::vector<int64_t>(padding, padding + padding_len),
+                           std::vector<int64_t>(dilation, dilation + dilation_len), groups);
+    *ret0 = as_handle(out.release());
+  });
+}

@@ -1,0 +1,88 @@
+// The C functions a lite model library calls (AOTInductor's aoti_torch_* shim, renamed pt2rt_lite_aoti_torch_* by
+// the exporter so that lite and libtorch can share a process). Declared here without torch's headers; the
+// exporter's test compiles torch's declarations against these (tests/python/test_lite.py).
+#pragma once
+
+#include <cstdint>
+
+#define PT2RT_LITE_SHIM extern "C" __attribute__((visibility("default")))
+
+struct AtenTensorOpaque;
+using AtenTensorHandle = AtenTensorOpaque*;
+using AOTITorchError = int32_t;
+constexpr AOTITorchError kShimSuccess = 0;
+constexpr AOTITorchError kShimFailure = 1;
+
+// What the calling thread's last failed shim call said (the model library sees only the error code).
+PT2RT_LITE_SHIM const char* pt2rt_lite_shim_last_error();
+
+// Bookkeeping
+PT2RT_LITE_SHIM int32_t pt2rt_lite_aoti_torch_device_type_cpu();
+PT2RT_LITE_SHIM int32_t pt2rt_lite_aoti_torch_device_type_cuda();
+PT2RT_LITE_SHIM int32_t pt2rt_lite_aoti_torch_layout_strided();
+PT2RT_LITE_SHIM int32_t pt2rt_lite_aoti_torch_dtype_float32();
+PT2RT_LITE_SHIM int32_t pt2rt_lite_aoti_torch_dtype_float64();
+PT2RT_LITE_SHIM int32_t pt2rt_lite_aoti_torch_dtype_float16();
+PT2RT_LITE_SHIM int32_t pt2rt_lite_aoti_torch_dtype_bfloat16();
+PT2RT_LITE_SHIM int32_t pt2rt_lite_aoti_torch_dtype_int64();
+PT2RT_LITE_SHIM int32_t pt2rt_lite_aoti_torch_dtype_int32();
+PT2RT_LITE_SHIM int32_t pt2rt_lite_aoti_torch_dtype_int16();
+PT2RT_LITE_SHIM int32_t pt2rt_lite_aoti_torch_dtype_int8();
+PT2RT_LITE_SHIM int32_t pt2rt_lite_aoti_torch_dtype_uint8();
+PT2RT_LITE_SHIM int32_t pt2rt_lite_aoti_torch_dtype_bool();
+PT2RT_LITE_SHIM bool pt2rt_lite_aoti_torch_grad_mode_is_enabled();
+PT2RT_LITE_SHIM void pt2rt_lite_aoti_torch_grad_mode_set_enabled(bool enabled);
+
+PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_delete_tensor_object(AtenTensorHandle tensor);
+PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_get_data_ptr(AtenTensorHandle tensor, void** ret);
+PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_get_storage_size(AtenTensorHandle tensor, int64_t* ret);
+PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_get_dim(AtenTensorHandle tensor, int64_t* ret);
+PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_get_numel(AtenTensorHandle tensor, int64_t* ret);
+PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_get_sizes(AtenTensorHandle tensor, int64_t** ret);
+PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_get_size(AtenTensorHandle tensor, int64_t d, int64_t* ret);
+PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_get_strides(AtenTensorHandle tensor, int64_t** ret);
+PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_get_stride(AtenTensorHandle tensor, int64_t d, int64_t* ret);
+PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_get_dtype(AtenTensorHandle tensor, int32_t* ret);
+PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_get_device_type(AtenTensorHandle tensor, int32_t* ret);
+PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_get_device_index(AtenTensorHandle tensor, int32_t* ret);
+PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_get_storage_offset(AtenTensorHandle tensor, int64_t* ret);
+PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_is_contiguous(AtenTensorHandle tensor, bool* ret);
+PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_is_defined(AtenTensorHandle tensor, bool* ret);
+PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_new_tensor_handle(AtenTensorHandle orig, AtenTensorHandle* ret);
+PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch__reinterpret_tensor(AtenTensorHandle self, int64_t ndim,
+                                                                         const int64_t* sizes, const int64_t* strides,
+                                                                         int64_t storage_offset, AtenTensorHandle* ret);
+PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_empty_strided(int64_t ndim, const int64_t* sizes,
+                                                                   const int64_t* strides, int32_t dtype,
+                                                                   int32_t device_type, int32_t device_index,
+                                                                   AtenTensorHandle* ret);
+PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_create_tensor_from_blob(void* data, int64_t ndim,
+                                                                             const int64_t* sizes,
+                                                                             const int64_t* strides,
+                                                                             int64_t storage_offset, int32_t dtype,
+                                                                             int32_t device_type,
+                                                                             int32_t device_index,
+                                                                             AtenTensorHandle* ret);
+PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_create_tensor_from_blob_v2(
+    void* data, int64_t ndim, const int64_t* sizes, const int64_t* strides, int64_t storage_offset, int32_t dtype,
+    int32_t device_type, int32_t device_index, AtenTensorHandle* ret, int32_t layout, const uint8_t* opaque_metadata,
+    int64_t opaque_metadata_size);
+PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_clone(AtenTensorHandle self, AtenTensorHandle* ret);
+PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_clone_preserve_strides(AtenTensorHandle self,
+                                                                            AtenTensorHandle* ret);
+PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_copy_(AtenTensorHandle self, AtenTensorHandle src,
+                                                           int32_t non_blocking);
+
+// Kernels (ops.cpp)
+PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_cpu_addmm_out(AtenTensorHandle out, AtenTensorHandle self,
+                                                                   AtenTensorHandle mat1, AtenTensorHandle mat2,
+                                                                   double beta, double alpha);
+PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_cpu_mm_out(AtenTensorHandle out, AtenTensorHandle self,
+                                                                AtenTensorHandle mat2);
+PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_cpu_bmm_out(AtenTensorHandle out, AtenTensorHandle self,
+                                                                 AtenTensorHandle mat2);
+PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_cpu_convolution(
+    AtenTensorHandle input, AtenTensorHandle weight, AtenTensorHandle* bias, const int64_t* stride,
+    int64_t stride_len, const int64_t* padding, int64_t padding_len, const int64_t* dilation, int64_t dilation_len,
+    int32_t transposed, const int64_t* output_padding, int64_t output_padding_len, int64_t groups,
+    AtenTensorHandle* ret0);

@@ -1,0 +1,61 @@
+// The lite runtime's tensor: what an AtenTensorHandle points to in a lite process. Strided, CPU, sharing a
+// reference-counted storage between views (as ATen's tensors do, which the model library's code assumes).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shim.h"
+
+namespace pt2rt::lite {
+
+// c10::ScalarType's numbering, which the model library's code compares against
+enum ScalarType : int32_t {
+  kUInt8 = 0, kInt8 = 1, kInt16 = 2, kInt32 = 3, kInt64 = 4, kFloat16 = 5, kFloat32 = 6, kFloat64 = 7,
+  kBool = 11, kBFloat16 = 15,
+};
+constexpr int32_t kDeviceCpu = 0;
+constexpr int32_t kDeviceCuda = 1;
+
+// bytes of one element, 0 for a code this runtime does not know
+std::size_t element_size(int32_t dtype);
+
+struct Storage {
+  void* data = nullptr;
+  std::size_t nbytes = 0;
+  bool owned = false;  // false: a blob someone else frees (constants, caller's inputs)
+  ~Storage();
+};
+
+struct ShimTensor {
+  std::shared_ptr<Storage> storage;
+  int64_t offset = 0;  // in elements
+  int32_t dtype = kFloat32;
+  int32_t device_type = kDeviceCpu;
+  std::vector<int64_t> sizes, strides;
+
+  void* data() const {
+    return static_cast<char*>(storage->data) + offset * static_cast<int64_t>(element_size(dtype));
+  }
+  int64_t numel() const;
+  int64_t dim() const { return static_cast<int64_t>(sizes.size()); }
+  bool is_contiguous() const;
+  bool is_non_overlapping_and_dense() const;
+};
+
+inline ShimTensor* as_tensor(AtenTensorHandle h) { return reinterpret_cast<ShimTensor*>(h); }
+inline AtenTensorHandle as_handle(ShimTensor* t) { return reinterpret_cast<AtenTensorHandle>(t); }
+
+// A new tensor of fresh memory (64-byte aligned) with the given sizes and strides.
+std::unique_ptr<ShimTensor> empty_strided(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+                                      int32_t dtype);
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes);
+
+// What the last failed shim call on this thread said (the model library only sees an error code).
+const std::string& last_error();
+void set_last_error(std::string message);
+
+}  // namespace pt2rt::lite

@@ -1,0 +1,116 @@
+// Internals of libpt2rt that need no torch: shared by the full runtime and pt2rt-lite (runtime/lite).
+#pragma once
+
+#include <pt2rt/pt2rt.h>
+
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace pt2rt::detail {
+
+// A Usage error naming `who` for a negative dim or dims that multiply past int64 bytes.
+void check_shape(const TensorView& view, const char* who);
+std::string shape_str(const std::vector<int64_t>& shape);
+// "[batch, 3, 224, 224]": a spec's shape with its dynamic dims by name.
+std::string dims_str(const TensorSpec& t);
+// Inputs against the spec (count, dtype, rank, static dims, dynamic ranges and relations, null data): Error(Input).
+// cuda_available: whether a CUDA view can be copied to the package's device on this host.
+void validate_inputs(const Spec& spec, const std::vector<TensorView>& inputs, bool cuda_available);
+// A DType's code in c10's ScalarType numbering (AOTInductor's shim passes these), and back.
+int32_t dtype_code(DType dtype);
+std::optional<DType> dtype_of_code(int32_t code);
+// run_into's checks of its output views before anything runs (count, dtype, rank, static dims, device, null data,
+// buffers that overlap each other or an input): Error(Usage).
+void check_output_views(const Spec& spec, const std::vector<TensorView>& inputs, const std::vector<OutputView>& outputs);
+// The first line of an exception's message, without c10 backtraces.
+std::string short_what(const std::exception& e);
+
+// A package's metadata record (JSON, with the pt2rt spec as a string inside) -> the spec (parse_spec.cpp).
+Spec parse_spec(const std::string& json_text, const std::string& package_path);
+
+// The zip archive under a package: its records by name relative to the archive's root folder. The full runtime's
+// reads through torch's reader (archive_torch.cpp), pt2rt-lite's through its own (runtime/lite/archive.cpp).
+// Every method may throw anything; Package turns it into Error(Package).
+class ArchiveReader {
+ public:
+  virtual ~ArchiveReader() = default;
+  virtual std::vector<std::string> records() = 0;
+  virtual uint64_t size_of(const std::string& name) = 0;  // uncompressed
+  virtual void read(const std::string& name, char* out, size_t size) = 0;
+};
+// Throws when it is not a readable zip archive.
+std::unique_ptr<ArchiveReader> open_archive(const std::string& path);
+std::unique_ptr<ArchiveReader> open_archive(const void* bytes, size_t size);  // borrowed
+
+// A package opened once: every record name checked (relative, no "..", no backslash or control character, no
+// duplicate) before anything is read, reads bounded by the limits. Every read of a load goes through this one
+// open file, so a package replaced on disk meanwhile cannot mix two packages' records.
+struct Limits {
+  uint64_t max_record_bytes;
+  uint64_t max_metadata_bytes;
+  size_t max_records = 100000;
+};
+Limits limits_of(const Options& options);
+
+// A file as the system knows it (device, inode, size, modification time): a file renamed over a path, or changed
+// in place, is another. Error(Package) when it cannot be stat'ed.
+struct FileIdentity {
+  uint64_t device = 0, inode = 0, size = 0;
+  int64_t mtime_ns = 0;
+  bool operator==(const FileIdentity& o) const {
+    return device == o.device && inode == o.inode && size == o.size && mtime_ns == o.mtime_ns;
+  }
+  bool operator!=(const FileIdentity& o) const { return !(*this == o); }
+};
+FileIdentity file_identity(const std::string& path);
+
+class Package {
+ public:
+  Package(const std::string& path, const Limits& limits);
+  // A package in memory, borrowed: `bytes` must outlive the Package. `name` stands for a path in messages.
+  Package(const void* bytes, size_t size, const std::string& name, const Limits& limits);
+  ~Package();
+  const std::string& path() const { return path_; }
+  const std::vector<std::string>& records() const { return records_; }  // relative to the archive root
+  uint64_t size_of(const std::string& name) const;                      // uncompressed
+  std::vector<char> read(const std::string& name, uint64_t limit = 0) const;  // limit 0: max_record_bytes
+  std::string metadata_record() const;  // the first data/aotinductor/<model>/*_metadata.json
+  Spec spec() const;
+
+ private:
+  std::string path_;
+  Limits limits_;
+  std::unique_ptr<ArchiveReader> reader_;
+  std::vector<std::string> records_;
+
+  void open_records();
+};
+
+// A package opened for a load. keep_open off: the file's identity is noted (the same before and after opening, else
+// it is opened again; Error(Package) after three tries), for golden_record() to know it again.
+std::unique_ptr<Package> open_package(const std::string& path, const Limits& limits, bool keep_open,
+                                      FileIdentity& identity);
+// The golden cases' record of the package that was loaded: through the package held open, else the copy kept from
+// memory, else the path opened again if it still is that file (Error(Package) when it is not, or nothing was kept).
+std::vector<char> golden_record(const Package* package, bool from_memory, const std::vector<char>& kept,
+                                const std::string& path, const FileIdentity& identity, const Limits& limits,
+                                const Spec& spec);
+
+// The variant's model folder (and the package's constants and weights) in a new private directory, mode 0700,
+// for AOTInductor to load from; the library's SHA-256 checked on the bytes written (Options::check_sha256).
+struct Extraction {
+  std::string key;  // content hash; shared by the Runtimes of identical content
+  std::string dir;
+  ~Extraction();  // the last one removes dir
+};
+std::shared_ptr<Extraction> extract_variant(const Package& package, const Variant& variant, const Options& options);
+std::string make_private_dir();
+
+// Why a record name is unsafe to extract ("" if it is fine).
+std::string unsafe_record_name(const std::string& name);
+std::string sha256_hex(const void* data, size_t size);
+
+}  // namespace pt2rt::detail

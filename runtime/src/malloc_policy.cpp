@@ -1,0 +1,27 @@
+// Process-wide malloc policy for serving (pt2rt.h: keep_freed_memory); the same in the full runtime and in lite.
+#include "common.h"
+
+#include <limits>
+#include <string>
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
+namespace pt2rt {
+
+bool keep_freed_memory(std::size_t retain_bytes) {
+  if (retain_bytes > static_cast<std::size_t>(std::numeric_limits<int>::max())) {
+    throw Error(ErrorCode::Usage, "keep_freed_memory: expected at most " +
+                                      std::to_string(std::numeric_limits<int>::max()) + " bytes, got " +
+                                      std::to_string(retain_bytes));
+  }
+#if defined(__GLIBC__)
+  // 32 MiB is glibc's largest mmap threshold on 64-bit (a fixed value also ends its dynamic adjustment).
+  return mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1 && mallopt(M_TRIM_THRESHOLD, static_cast<int>(retain_bytes)) == 1;
+#else
+  return false;
+#endif
+}
+
+}  // namespace pt2rt

@@ -1,0 +1,164 @@
+// Shapes and input validation against a spec: the same checks and messages in the full runtime and in lite.
+#include "common.h"
+
+#include <cstdint>
+#include <map>
+#include <sstream>
+
+namespace pt2rt::detail {
+
+void check_shape(const TensorView& view, const char* who) {
+  // torch multiplies the dims into strides and a byte size: a shape whose dims (zeros aside) multiply past int64
+  // is refused here, before a c10::Error from inside torch (an empty tensor of such a shape included)
+  uint64_t span = dtype_size(view.dtype);
+  for (const int64_t d : view.shape) {
+    if (d < 0) throw Error(ErrorCode::Usage, std::string(who) + ": negative dim in the shape " + shape_str(view.shape));
+    if (d > 1 && span > static_cast<uint64_t>(INT64_MAX) / static_cast<uint64_t>(d)) {
+      throw Error(ErrorCode::Usage, std::string(who) + ": the shape " + shape_str(view.shape) +
+                                        " is too large (its dims multiply past 2^63 bytes)");
+    }
+    if (d > 1) span *= static_cast<uint64_t>(d);
+  }
+}
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::ostringstream s;
+  s << "[";
+  for (size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
+  s << "]";
+  return s.str();
+}
+
+
+
+std::string dims_str(const TensorSpec& t) {
+  std::vector<std::string> dims;
+  for (auto s : t.shape) dims.push_back(std::to_string(s));
+  for (const auto& d : t.dynamic_dims) dims[d.dim] = d.name;
+  std::string out = "[";
+  for (size_t i = 0; i < dims.size(); ++i) out += (i ? ", " : "") + dims[i];
+  return out + "]";
+}
+
+void validate_inputs(const Spec& spec, const std::vector<TensorView>& inputs, bool cuda_available) {
+  if (inputs.size() != spec.inputs.size()) {
+    std::string names;
+    for (const auto& t : spec.inputs) names += (names.empty() ? "" : ", ") + t.name;
+    throw Error(ErrorCode::Input, "expected " + std::to_string(spec.inputs.size()) + " input" +
+                                      (spec.inputs.size() == 1 ? "" : "s") + " (" + names + "), got " +
+                                      std::to_string(inputs.size()));
+  }
+  const Device device = spec.device;
+  std::map<std::string, std::pair<int64_t, std::string>> named;  // dim name -> (size, where seen)
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const TensorView& v = inputs[i];
+    const TensorSpec& s = spec.inputs[i];
+    const std::string who = "input " + std::to_string(i) + " (" + s.name + ")";
+    if (v.dtype != s.dtype) {
+      throw Error(ErrorCode::Input, who + ": expected dtype " + dtype_name(s.dtype) + ", got " + dtype_name(v.dtype));
+    }
+    if (v.shape.size() != s.shape.size()) {
+      throw Error(ErrorCode::Input, who + ": expected " + std::to_string(s.shape.size()) + " dims " + dims_str(s) +
+                                        ", got " + std::to_string(v.shape.size()) + " dims " +
+                                        shape_str(v.shape));
+    }
+    int64_t numel = 1;
+    for (size_t d = 0; d < s.shape.size(); ++d) {
+      if (v.shape[d] < 0) throw Error(ErrorCode::Input, who + ": negative size in shape " + shape_str(v.shape));
+      numel *= v.shape[d];
+      if (s.shape[d] != -1 && v.shape[d] != s.shape[d]) {
+        throw Error(ErrorCode::Input, who + ": expected shape " + dims_str(s) + ", got " + shape_str(v.shape) +
+                                          " (dim " + std::to_string(d) + " must be " + std::to_string(s.shape[d]) +
+                                          ")");
+      }
+    }
+    for (const auto& dd : s.dynamic_dims) {
+      const int64_t size = v.shape[dd.dim];
+      if (size < dd.min || (dd.max && size > *dd.max)) {
+        throw Error(ErrorCode::Input, who + ": dim " + std::to_string(dd.dim) + " (" + dd.name + ") must be in " +
+                                          std::to_string(dd.min) + ".." +
+                                          (dd.max ? std::to_string(*dd.max) : std::string("inf")) + ", got " +
+                                          std::to_string(size));
+      }
+      auto same = [&](const std::string& name, int64_t value) {
+        auto [it, inserted] = named.try_emplace(name, value, who);
+        if (!inserted && it->second.first != value) {
+          const std::string what = name == dd.name ? ") is " + std::to_string(value)
+                                                   : ") makes " + name + " = " + std::to_string(value);
+          throw Error(ErrorCode::Input, who + ": dim " + std::to_string(dd.dim) + " (" + dd.name + what + ", but " +
+                                            it->second.second + " has " + name + " = " +
+                                            std::to_string(it->second.first));
+        }
+      };
+      same(dd.name, size);
+      if (!dd.of.empty()) {
+        if ((size - dd.offset) % dd.scale != 0) {
+          throw Error(ErrorCode::Input, who + ": dim " + std::to_string(dd.dim) + " must be " + dd.name +
+                                            " for a whole " + dd.of + ", got " + std::to_string(size));
+        }
+        same(dd.of, (size - dd.offset) / dd.scale);
+      }
+    }
+    // memory on another device than the package's is copied there (run_model); a GPU this host lacks is not
+    if (v.device != device && v.device == Device::CUDA && !cuda_available) {
+      throw Error(ErrorCode::Input, who + ": a cuda tensor, but this host has no usable CUDA device (the package "
+                                          "runs on " + device_name(device) + ")");
+    }
+    if (v.data == nullptr && numel != 0) throw Error(ErrorCode::Input, who + ": data is null");
+  }
+}
+
+namespace {
+
+bool overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return a_bytes && b_bytes && x < y + b_bytes && y < x + a_bytes;
+}
+
+size_t bytes_of(const std::vector<int64_t>& shape, DType dtype) {
+  size_t n = dtype_size(dtype);
+  for (auto d : shape) n *= static_cast<size_t>(d);
+  return n;
+}
+
+}  // namespace
+
+void check_output_views(const Spec& spec, const std::vector<TensorView>& inputs, const std::vector<OutputView>& outputs) {
+  if (outputs.size() != spec.outputs.size()) {
+    throw Error(ErrorCode::Usage, "run_into: expected " + std::to_string(spec.outputs.size()) + " output view" +
+                                      (spec.outputs.size() == 1 ? "" : "s") + ", got " + std::to_string(outputs.size()));
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const OutputView& o = outputs[i];
+    const TensorSpec& s = spec.outputs[i];
+    const std::string who = "run_into: output " + std::to_string(i) + " (" + s.name + ")";
+    if (o.dtype != s.dtype) {
+      throw Error(ErrorCode::Usage, who + ": expected dtype " + dtype_name(s.dtype) + ", got " + dtype_name(o.dtype));
+    }
+    bool shape_ok = o.shape.size() == s.shape.size();
+    for (size_t d = 0; shape_ok && d < s.shape.size(); ++d) shape_ok = o.shape[d] >= 0 && (s.shape[d] == -1 || o.shape[d] == s.shape[d]);
+    if (!shape_ok) {
+      throw Error(ErrorCode::Usage, who + ": expected shape " + detail::dims_str(s) + ", got " + detail::shape_str(o.shape));
+    }
+    detail::check_shape(TensorView{o.data, o.shape, o.dtype}, who.c_str());
+    if (o.device != Device::CPU && o.device != spec.device) {
+      throw Error(ErrorCode::Usage, who + ": a " + device_name(o.device) + " buffer; expected a cpu or " +
+                                        device_name(spec.device) + " one");
+    }
+    const size_t bytes = bytes_of(o.shape, o.dtype);
+    if (o.data == nullptr && bytes != 0) throw Error(ErrorCode::Usage, who + ": data is null");
+    for (size_t j = 0; j < i; ++j) {
+      if (overlap(o.data, bytes, outputs[j].data, bytes_of(outputs[j].shape, outputs[j].dtype))) {
+        throw Error(ErrorCode::Usage, who + ": its buffer overlaps output " + std::to_string(j) + "'s");
+      }
+    }
+    for (size_t j = 0; j < inputs.size(); ++j) {
+      const TensorView& in = inputs[j];
+      if (in.device == o.device && overlap(o.data, bytes, in.data, bytes_of(in.shape, in.dtype))) {
+        throw Error(ErrorCode::Usage, who + ": its buffer overlaps input " + std::to_string(j) + "'s");
+      }
+    }
+  }
+}
+
+}  // namespace pt2rt::detail

@@ -1,0 +1,243 @@
+"""export --lite: variants that run without libtorch (export_tools.lite, runtime/lite's shim).
+
+One package compiled for the module (its export checks the lite variant on the golden cases already); the runner
+then takes it through inputs the export never saw, in this process - where libtorch is loaded too."""
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from export_tools import export_package, read_spec
+from export_tools import lite
+from export_tools.errors import ExportError
+from my_ops import models
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Tagger(torch.nn.Module):
+    """Convolutions of every kind lite's shim runs (dense, strided, grouped, depthwise, 1-d), products (linear,
+    batched), and what inductor generates itself (norms, GELU's erf from Sleef, softmax)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 16, 3, stride=2, padding=1)
+        self.depthwise = torch.nn.Conv2d(16, 16, 3, padding=2, dilation=2, groups=16)
+        self.grouped = torch.nn.Conv2d(16, 24, 3, groups=4, bias=False)
+        self.conv1d = torch.nn.Conv1d(24, 32, 5, padding=2)
+        self.norm = torch.nn.LayerNorm(32)
+        self.proj = torch.nn.Linear(32, 32)
+        self.head = torch.nn.Linear(32, 5)
+
+    def forward(self, x):
+        y = torch.relu(self.stem(x))
+        y = torch.nn.functional.gelu(self.depthwise(y)) + y
+        y = self.grouped(y).flatten(2)                       # [n, 24, h*w]
+        y = self.conv1d(y).transpose(1, 2)                   # [n, h*w, 32]
+        y = self.norm(y)
+        attn = torch.softmax(y @ self.proj(y).transpose(1, 2) / 32 ** 0.5, dim=-1)
+        return self.head(attn @ y).mean(1), y.amax(1)
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory):
+    if lite.find_runtime() is None:
+        pytest.fail(f"{lite.LIBRARY_NAME} is not built (make build); set {lite.ENV_VAR} to its path")
+    torch.manual_seed(0)
+    model = Tagger().eval()
+    path = tmp_path_factory.mktemp("lite") / "tagger.pt2"
+    export_package(model, (torch.randn(2, 3, 20, 20),), path, dynamic_batch=(1, 4), lite=True)
+    return path, model
+
+
+def _library(path: Path, variant: dict) -> bytes:
+    import zipfile
+
+    with zipfile.ZipFile(path) as z:
+        name = next(n for n in z.namelist() if n.endswith("/" + variant["record"]))
+        return z.read(name)
+
+
+def test_lite_variant_matches_eager_on_inputs_the_export_never_saw(package):
+    path, model = package
+    spec = read_spec(path)
+    (variant,) = spec["lite_variants"]
+    runner = lite.Runner(_library(path, variant), lite.find_runtime())
+    try:
+        for batch in (1, 3, 4):
+            x = torch.randn(batch, 3, 20, 20) * 3
+            with torch.no_grad():
+                expected = model(x)
+            actual = runner(x)
+            assert len(actual) == 2
+            for a, e in zip(actual, expected):
+                assert a.shape == e.shape
+                torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-4)
+            # NaN where eager has it: an input NaN reaches every output through the softmax
+            x[0, 0, 0, 0] = float("nan")
+            with torch.no_grad():
+                expected = model(x)
+            for a, e in zip(runner(x), expected):
+                assert torch.equal(a.isnan(), e.isnan())
+    finally:
+        runner.close()
+
+
+def test_lite_library_needs_no_libtorch(package):
+    path, _ = package
+    spec = read_spec(path)
+    (variant,) = spec["lite_variants"]
+    assert variant["record"] == "pt2rt/lite/native.so" and variant["isa"] == "native"
+    assert set(variant["shim"]) <= lite.SHIM_FUNCTIONS
+    assert "aoti_torch_cpu_convolution" in variant["shim"]
+    assert not [n for n in variant["needed"] if re.search(r"torch|c10|python", n)]
+    # the full variants are as they were: the package still runs in the full runtime
+    assert [v["isa"] for v in spec["variants"]] == ["native"]
+
+
+def test_lite_shim_names_are_the_headers():
+    header = (ROOT / "runtime" / "lite" / "shim.h").read_text()
+    declared = set(re.findall(r"\bpt2rt_lite_(aoti_torch_\w+)\(", header))
+    assert declared == lite.SHIM_FUNCTIONS
+
+
+def test_lite_shim_declarations_agree_with_torchs(tmp_path):
+    """torch's own declarations, renamed as a lite library is built, and runtime/lite/shim.h in one translation
+    unit: a parameter or return type that differs is a conflicting declaration of a C function."""
+    include = Path(torch.__file__).parent / "include"
+    (tmp_path / "names.h").write_text(lite.rename_header(include))
+    source = tmp_path / "check.cpp"
+    source.write_text('#include "names.h"\n'
+                      "#include <torch/csrc/inductor/aoti_torch/c/shim.h>\n"
+                      "#include <torch/csrc/inductor/aoti_torch/generated/c_shim_cpu.h>\n"
+                      f'#include "{ROOT / "runtime" / "lite" / "shim.h"}"\n')
+    result = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", "-I", str(include), str(source)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[:2000]
+
+
+def test_torchbind_class_is_refused_by_name_before_any_compile(tmp_path):
+    model, inputs = models.identity_conv_net()
+    with pytest.raises(lite.LiteError, match=r"lite cannot run TorchBind objects: the model uses "
+                                             r"my_ops::IdentityConvClass"):
+        export_package(model, inputs, tmp_path / "m.pt2", lite=True)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_custom_op_is_refused_by_name(tmp_path):
+    model, inputs = models.identity_conv_op_only()
+    with pytest.raises(lite.LiteError, match=r"lite has no kernel for the custom op my_ops::identity_conv_op"):
+        export_package(model, inputs, tmp_path / "m.pt2", lite=True)
+
+
+def test_op_without_a_lite_kernel_is_refused_by_name(tmp_path):
+    class Attention(torch.nn.Module):
+        def forward(self, q):
+            return torch.nn.functional.scaled_dot_product_attention(q, q, q)
+
+    with pytest.raises(lite.LiteError, match=r"lite has no kernel for aten\._scaled_dot_product_flash_attention"
+                                             r"_for_cpu \(the model library calls aoti_torch_cpu_"):
+        export_package(Attention(), (torch.randn(1, 2, 8, 16),), tmp_path / "m.pt2", lite=True)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_lite_is_a_cpu_flag(tmp_path):
+    with pytest.raises(ExportError, match="expected lite as True or False"):
+        export_package(torch.nn.ReLU(), (torch.randn(2),), tmp_path / "m.pt2", lite="yes")
+
+
+def _pt2run_lite() -> Path:
+    """pt2run on the lite library: next to the lite library under test (<build>/lib -> <build>/bin)."""
+    path = lite.find_runtime().resolve().parent.parent / "bin" / "pt2run_lite"
+    assert path.is_file(), f"{path} is not built (make build)"
+    return path
+
+
+def _loaded_libraries(stderr: str) -> set[str]:
+    # LD_DEBUG=libs: "calling init: /path/lib.so" for every library the process initialised
+    return {Path(m).name for m in re.findall(r"calling init: (\S+)", stderr)}
+
+
+def test_pt2run_lite_verifies_and_runs_the_package_with_no_libtorch_loaded(package, tmp_path):
+    path, model = package
+    env = dict(__import__("os").environ, LD_DEBUG="libs")
+    result = subprocess.run([str(_pt2run_lite()), "verify", str(path)], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "verified: 4 of 4 golden cases passed" in result.stdout and "(CPU variant native)" in result.stdout
+    loaded = _loaded_libraries(result.stderr)
+    assert "libpt2rt_lite.so" in loaded and any(n.startswith("libsleef") for n in loaded)
+    assert not [n for n in loaded if re.search(r"torch|c10|python", n)], loaded
+    # run: a tensor file in, a tensor file out, both in torch.save's format
+    x = torch.randn(3, 3, 20, 20)
+    torch.save(x, tmp_path / "x.pt")
+    result = subprocess.run([str(_pt2run_lite()), "run", str(path), "--input", str(tmp_path / "x.pt"),
+                             "--output", str(tmp_path / "y.pt")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    got = torch.load(tmp_path / "y.pt")
+    with torch.no_grad():
+        expected = model(x)
+    for a, e in zip(got, expected):
+        torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-4)
+    info = subprocess.run([str(_pt2run_lite()), "info", str(path)], capture_output=True, text=True).stdout
+    assert "lite variant native  (selected here)" in info
+
+
+def test_pt2run_lite_refuses_a_package_without_lite_variants(exported):
+    path, _, _ = exported("net_dynamic")
+    result = subprocess.run([str(_pt2run_lite()), "verify", str(path)], capture_output=True, text=True)
+    assert result.returncode == 3, result.stderr
+    assert "has no lite variants: export it with --lite" in result.stderr
+
+
+def test_c_api_of_the_lite_library_runs_beside_libtorch(package):
+    """The lite library's C API called in this process, where libtorch is loaded: nothing of the two collides."""
+    import ctypes
+
+    path, model = package
+    lib = ctypes.CDLL(str(lite.find_runtime()))
+    lib.pt2rt_last_error.restype = ctypes.c_char_p
+    lib.pt2rt_load.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                               ctypes.POINTER(ctypes.c_void_p)]
+
+    class View(ctypes.Structure):
+        _fields_ = [("data", ctypes.c_void_p), ("shape", ctypes.POINTER(ctypes.c_int64)), ("ndim", ctypes.c_size_t),
+                    ("dtype", ctypes.c_int)]
+
+    lib.pt2rt_run.argtypes = [ctypes.c_void_p, ctypes.POINTER(View), ctypes.c_size_t,
+                              ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]
+    lib.pt2rt_tensor_data.restype = ctypes.c_void_p
+    lib.pt2rt_tensor_data.argtypes = [ctypes.c_void_p]
+    lib.pt2rt_tensor_ndim.argtypes = [ctypes.c_void_p]
+    lib.pt2rt_tensor_ndim.restype = ctypes.c_size_t
+    lib.pt2rt_tensor_shape.argtypes = [ctypes.c_void_p]
+    lib.pt2rt_tensor_shape.restype = ctypes.POINTER(ctypes.c_int64)
+    lib.pt2rt_tensor_free.argtypes = [ctypes.c_void_p]
+    lib.pt2rt_runtime_free.argtypes = [ctypes.c_void_p]
+    rt = ctypes.c_void_p()
+    assert lib.pt2rt_load(str(path).encode(), None, 0, 2, ctypes.byref(rt)) == 0, lib.pt2rt_last_error()
+    try:
+        x = torch.randn(2, 3, 20, 20)
+        shape = (ctypes.c_int64 * 4)(*x.shape)
+        view = View(x.data_ptr(), shape, 4, 0)
+        outputs = (ctypes.c_void_p * 2)()
+        n = ctypes.c_size_t()
+        assert lib.pt2rt_run(rt, ctypes.byref(view), 1, outputs, 2, ctypes.byref(n)) == 0, lib.pt2rt_last_error()
+        assert n.value == 2
+        with torch.no_grad():
+            expected = model(x)
+        for i, e in enumerate(expected):
+            got_shape = [lib.pt2rt_tensor_shape(outputs[i])[d] for d in range(lib.pt2rt_tensor_ndim(outputs[i]))]
+            assert got_shape == list(e.shape)
+            data = ctypes.string_at(lib.pt2rt_tensor_data(outputs[i]), e.numel() * 4)
+            got = torch.frombuffer(bytearray(data), dtype=torch.float32).reshape(e.shape)
+            torch.testing.assert_close(got, e, rtol=1e-4, atol=1e-4)
+            lib.pt2rt_tensor_free(outputs[i])
+        # a bad input is refused with the C API's status and message, as the full runtime's
+        bad = View(x.data_ptr(), shape, 3, 0)
+        assert lib.pt2rt_run(rt, ctypes.byref(bad), 1, outputs, 2, ctypes.byref(n)) == 5
+        assert b"expected 4 dims" in lib.pt2rt_last_error()
+    finally:
+        lib.pt2rt_runtime_free(rt)
