@@ -86,12 +86,6 @@ struct Runtime::Impl {
 
 namespace {
 
-void check_runners(const Options& options) {
-  if (options.num_runners < 1 || options.num_runners > kMaxRunners) {
-    throw Error(ErrorCode::Usage, "num_runners must be in 1.." + std::to_string(kMaxRunners) + ", got " +
-                                      std::to_string(options.num_runners));
-  }
-}
 
 template <class F>
 F symbol(void* library, const char* name, const std::string& path) {
@@ -219,27 +213,11 @@ Spec Runtime::read_spec(const std::string& package_path) {
 }
 
 Runtime Runtime::load(const std::string& package_path, const Options& options) {
-  check_runners(options);
-  auto impl = std::make_unique<Impl>();
-  impl->package_path = package_path;
-  impl->limits = detail::limits_of(options);
-  impl->package = detail::open_package(package_path, impl->limits, options.keep_package_open, impl->identity);
-  load_opened(*impl, options);
-  if (!options.keep_package_open) impl->package.reset();
-  return Runtime(std::move(impl));
+  return Runtime(detail::load_path<Impl>(package_path, options, load_opened));
 }
 
 Runtime Runtime::load_from_memory(const void* bytes, std::size_t size, const Options& options) {
-  check_runners(options);
-  auto impl = std::make_unique<Impl>();
-  impl->package_path = "the package in memory (" + std::to_string(size) + " bytes)";
-  impl->from_memory = true;
-  impl->limits = detail::limits_of(options);
-  impl->package = std::make_unique<detail::Package>(bytes, size, impl->package_path, impl->limits);
-  load_opened(*impl, options);
-  if (options.keep_package_open) impl->golden = impl->package->read(impl->spec.golden_record);
-  impl->package.reset();
-  return Runtime(std::move(impl));
+  return Runtime(detail::load_memory<Impl>(bytes, size, options, load_opened));
 }
 
 std::vector<Tensor> Runtime::run(const std::vector<TensorView>& inputs) const {
@@ -410,20 +388,11 @@ VerifyReport Runtime::verify() const {
                    detail::shape_str(e.shape()) + ", got " + dtype_name(a.dtype()) + " " + detail::shape_str(a.shape());
         break;
       }
-      const auto it = spec.tolerances.find(dtype_name(e.dtype()));
-      const Tolerance tol = it != spec.tolerances.end() ? it->second : Tolerance{};
-      const bool fixed = std::find(spec.degenerate_outputs.begin(), spec.degenerate_outputs.end(),
-                                   static_cast<int>(o)) != spec.degenerate_outputs.end();
+      bool fixed = false;
+      const Tolerance tol = detail::output_tolerance(spec, e.dtype(), o, fixed);
       if (!close_enough(a, e, tol, fixed, r)) {
         r.passed = false;
-        char text[160];
-        if (tol.atol_rel && !fixed) {
-          std::snprintf(text, sizeof text, "output %zu differs beyond rtol %g, atol_rel %g (of its magnitude)", o,
-                        tol.rtol, *tol.atol_rel);
-        } else {
-          std::snprintf(text, sizeof text, "output %zu differs beyond rtol %g, atol %g", o, tol.rtol, tol.atol);
-        }
-        r.reason = text;
+        r.reason = detail::differs_reason(o, tol, fixed);
       }
     }
     report.cases.push_back(r);

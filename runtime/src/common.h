@@ -25,6 +25,10 @@ std::optional<DType> dtype_of_code(int32_t code);
 // run_into's checks of its output views before anything runs (count, dtype, rank, static dims, device, null data,
 // buffers that overlap each other or an input): Error(Usage).
 void check_output_views(const Spec& spec, const std::vector<TensorView>& inputs, const std::vector<OutputView>& outputs);
+// The golden check of output o: its dtype's tolerance in the spec, `fixed` when its atol is fixed (a degenerate
+// output); and the reason a case fails on it.
+Tolerance output_tolerance(const Spec& spec, std::optional<DType> dtype, size_t o, bool& fixed);
+std::string differs_reason(size_t o, const Tolerance& tol, bool fixed);
 // The first line of an exception's message, without c10 backtraces.
 std::string short_what(const std::exception& e);
 
@@ -98,6 +102,36 @@ std::unique_ptr<Package> open_package(const std::string& path, const Limits& lim
 std::vector<char> golden_record(const Package* package, bool from_memory, const std::vector<char>& kept,
                                 const std::string& path, const FileIdentity& identity, const Limits& limits,
                                 const Spec& spec);
+
+// The two ways into a load, for either runtime's Runtime::Impl (its package_path, limits, package, identity,
+// from_memory, golden and spec): the package opened, load_opened(impl, options) run, then the package kept or let
+// go as Options::keep_package_open says (from memory: only a copy of the golden cases can be kept).
+void check_runners(const Options& options);
+template <class Impl, class LoadOpened>
+std::unique_ptr<Impl> load_path(const std::string& path, const Options& options, LoadOpened load_opened) {
+  check_runners(options);
+  auto impl = std::make_unique<Impl>();
+  impl->package_path = path;
+  impl->limits = limits_of(options);
+  impl->package = open_package(path, impl->limits, options.keep_package_open, impl->identity);
+  load_opened(*impl, options);
+  if (!options.keep_package_open) impl->package.reset();
+  return impl;
+}
+template <class Impl, class LoadOpened>
+std::unique_ptr<Impl> load_memory(const void* bytes, size_t size, const Options& options, LoadOpened load_opened) {
+  check_runners(options);
+  auto impl = std::make_unique<Impl>();
+  impl->package_path = "the package in memory (" + std::to_string(size) + " bytes)";
+  impl->from_memory = true;
+  impl->limits = limits_of(options);
+  impl->package = std::make_unique<Package>(bytes, size, impl->package_path, impl->limits);
+  load_opened(*impl, options);
+  // the caller may free its bytes once this returns: what verify() needs is copied, nothing else is kept
+  if (options.keep_package_open) impl->golden = impl->package->read(impl->spec.golden_record);
+  impl->package.reset();
+  return impl;
+}
 
 // The variant's model folder (and the package's constants and weights) in a new private directory, mode 0700,
 // for AOTInductor to load from; the library's SHA-256 checked on the bytes written (Options::check_sha256).

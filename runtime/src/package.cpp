@@ -154,6 +154,14 @@ Spec Package::spec() const {
   return parse_spec(std::string(bytes.begin(), bytes.end()), path_);
 }
 
+void check_runners(const Options& options) {
+  if (options.num_runners < 1 || options.num_runners > kMaxRunners) {
+    // each runner is a model instance: an unbounded count would load until memory runs out
+    throw Error(ErrorCode::Usage, "num_runners must be in 1.." + std::to_string(kMaxRunners) + ", got " +
+                                      std::to_string(options.num_runners));
+  }
+}
+
 std::unique_ptr<Package> open_package(const std::string& path, const Limits& limits, bool keep_open,
                                       FileIdentity& identity) {
   if (keep_open) return std::make_unique<Package>(path, limits);

@@ -99,16 +99,10 @@ Spec Runtime::read_spec(const std::string& package_path) {
 
 namespace {
 
-void check_runners(const Options& options) {
-  if (options.num_runners < 1 || options.num_runners > kMaxRunners) {
-    // each runner is a model instance: an unbounded count would load until memory runs out
-    throw Error(ErrorCode::Usage, "num_runners must be in 1.." + std::to_string(kMaxRunners) + ", got " +
-                                      std::to_string(options.num_runners));
-  }
-}
 
 // Everything of a load after the package is open: spec, variant, host checks, extraction, ops libraries, model.
 void load_opened(Runtime::Impl& impl, const Options& options) {
+  impl.device_index = options.device_index;
   const std::string& package_path = impl.package_path;
   impl.spec = impl.package->spec();
   const Spec& spec = impl.spec;
@@ -155,30 +149,11 @@ void load_opened(Runtime::Impl& impl, const Options& options) {
 }  // namespace
 
 Runtime Runtime::load(const std::string& package_path, const Options& options) {
-  check_runners(options);
-  auto impl = std::make_unique<Impl>();
-  impl->device_index = options.device_index;
-  impl->package_path = package_path;
-  impl->limits = detail::limits_of(options);
-  impl->package = detail::open_package(package_path, impl->limits, options.keep_package_open, impl->identity);
-  load_opened(*impl, options);
-  if (!options.keep_package_open) impl->package.reset();
-  return Runtime(std::move(impl));
+  return Runtime(detail::load_path<Impl>(package_path, options, load_opened));
 }
 
 Runtime Runtime::load_from_memory(const void* bytes, std::size_t size, const Options& options) {
-  check_runners(options);
-  auto impl = std::make_unique<Impl>();
-  impl->package_path = "the package in memory (" + std::to_string(size) + " bytes)";
-  impl->from_memory = true;
-  impl->device_index = options.device_index;
-  impl->limits = detail::limits_of(options);
-  impl->package = std::make_unique<detail::Package>(bytes, size, impl->package_path, impl->limits);
-  load_opened(*impl, options);
-  // the caller may free its bytes once this returns: what verify() needs is copied, nothing else is kept
-  if (options.keep_package_open) impl->golden = impl->package->read(impl->spec.golden_record);
-  impl->package.reset();
-  return Runtime(std::move(impl));
+  return Runtime(detail::load_memory<Impl>(bytes, size, options, load_opened));
 }
 
 namespace {
@@ -361,21 +336,11 @@ VerifyReport Runtime::verify() const {
                    detail::shape_str(a.sizes().vec());
         break;
       }
-      const auto dtype = detail::from_scalar_type(e.scalar_type());
-      const auto it = dtype ? spec.tolerances.find(dtype_name(*dtype)) : spec.tolerances.end();
-      const Tolerance tol = it != spec.tolerances.end() ? it->second : Tolerance{};
-      const bool fixed = std::find(spec.degenerate_outputs.begin(), spec.degenerate_outputs.end(),
-                                   static_cast<int>(o)) != spec.degenerate_outputs.end();
+      bool fixed = false;
+      const Tolerance tol = detail::output_tolerance(spec, detail::from_scalar_type(e.scalar_type()), o, fixed);
       if (!close_enough(a, e, tol, fixed, r.max_abs_error, r.max_rel_error, r.max_scaled_error)) {
         r.passed = false;
-        char text[160];
-        if (tol.atol_rel && !fixed) {
-          std::snprintf(text, sizeof text, "output %zu differs beyond rtol %g, atol_rel %g (of its magnitude)", o,
-                        tol.rtol, *tol.atol_rel);
-        } else {
-          std::snprintf(text, sizeof text, "output %zu differs beyond rtol %g, atol %g", o, tol.rtol, tol.atol);
-        }
-        r.reason = text;
+        r.reason = detail::differs_reason(o, tol, fixed);
       }
     }
     report.cases.push_back(r);

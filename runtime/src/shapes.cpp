@@ -1,7 +1,9 @@
 // Shapes and input validation against a spec: the same checks and messages in the full runtime and in lite.
 #include "common.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <sstream>
 
@@ -159,6 +161,24 @@ void check_output_views(const Spec& spec, const std::vector<TensorView>& inputs,
       }
     }
   }
+}
+
+Tolerance output_tolerance(const Spec& spec, std::optional<DType> dtype, size_t o, bool& fixed) {
+  fixed = std::find(spec.degenerate_outputs.begin(), spec.degenerate_outputs.end(), static_cast<int>(o)) !=
+          spec.degenerate_outputs.end();
+  const auto it = dtype ? spec.tolerances.find(dtype_name(*dtype)) : spec.tolerances.end();
+  return it != spec.tolerances.end() ? it->second : Tolerance{};
+}
+
+std::string differs_reason(size_t o, const Tolerance& tol, bool fixed) {
+  char text[160];
+  if (tol.atol_rel && !fixed) {
+    std::snprintf(text, sizeof text, "output %zu differs beyond rtol %g, atol_rel %g (of its magnitude)", o, tol.rtol,
+                  *tol.atol_rel);
+  } else {
+    std::snprintf(text, sizeof text, "output %zu differs beyond rtol %g, atol %g", o, tol.rtol, tol.atol);
+  }
+  return text;
 }
 
 }  // namespace pt2rt::detail

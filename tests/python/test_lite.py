@@ -241,3 +241,77 @@ def test_c_api_of_the_lite_library_runs_beside_libtorch(package):
         assert b"expected 4 dims" in lib.pt2rt_last_error()
     finally:
         lib.pt2rt_runtime_free(rt)
+
+
+def _bad_file(tmp_path, name: str, payload: bytes) -> Path:
+    path = tmp_path / name
+    path.write_bytes(payload)
+    return path
+
+
+def _torch_save_bytes(obj) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def _with_pickle(saved: bytes, pickle: bytes) -> bytes:
+    """A torch.save archive with its data.pkl replaced (same record names, stored)."""
+    import io
+    import zipfile
+
+    src = zipfile.ZipFile(io.BytesIO(saved))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED) as z:
+        for name in src.namelist():
+            z.writestr(name, pickle if name.endswith("data.pkl") else src.read(name))
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("case", ["global", "huge", "truncated", "compressed", "not_zip"])
+def test_pt2run_lite_refuses_hostile_tensor_files_with_exit_6(package, tmp_path, case):
+    """Tensor files are read by lite's own zip and pickle readers: bad ones get one line and exit 6 (I/O)."""
+    import io
+    import zipfile
+
+    path, _ = package
+    good = _torch_save_bytes(torch.randn(2, 3, 20, 20))
+    if case == "global":  # a pickle that would call os.system
+        payload, message = _with_pickle(good, b"cos\nsystem\n(X\x04\x00\x00\x00truetR."), "calls os.system"
+    elif case == "huge":  # a 4-byte storage seen as 2^40 floats through stride 0
+        one = _torch_save_bytes(torch.randn(1))
+        src = zipfile.ZipFile(io.BytesIO(one))
+        data_pkl = src.read(next(n for n in src.namelist() if n.endswith("data.pkl")))
+        sizes = b"QK\x00K\x01\x85q\x06K\x01\x85"  # offset 0, size (1,), stride (1,)
+        assert data_pkl.count(sizes) == 1
+        huge = data_pkl.replace(sizes, b"QK\x00\x8a\x06\x00\x00\x00\x00\x00\x01\x85q\x06K\x00\x85")
+        payload, message = _with_pickle(one, huge), "at most"
+    elif case == "truncated":
+        payload, message = good[: len(good) // 2], "not a tensor file written by torch.save"
+    elif case == "compressed":
+        out = io.BytesIO()
+        src = zipfile.ZipFile(io.BytesIO(good))
+        with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as z:
+            for name in src.namelist():
+                z.writestr(name, src.read(name))
+        payload, message = out.getvalue(), "is compressed (method 8)"
+    else:
+        payload, message = b"not a zip at all" * 10, "not a tensor file written by torch.save"
+    bad = _bad_file(tmp_path, "x.pt", payload)
+    result = subprocess.run([str(_pt2run_lite()), "run", str(path), "--input", str(bad), "--output",
+                             str(tmp_path / "y.pt")], capture_output=True, text=True)
+    assert result.returncode == 6, (result.returncode, result.stderr)
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not (tmp_path / "y.pt").exists()
+
+
+def test_pt2run_lite_refuses_a_damaged_package_with_exit_3(package, tmp_path):
+    path, _ = package
+    data = path.read_bytes()
+    for name, payload in {"truncated.pt2": data[: len(data) // 3], "empty.pt2": b""}.items():
+        bad = _bad_file(tmp_path, name, payload)
+        result = subprocess.run([str(_pt2run_lite()), "verify", str(bad)], capture_output=True, text=True)
+        assert result.returncode == 3, (name, result.stderr)
+        assert str(bad) in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
