@@ -20,10 +20,48 @@ void require_float32(const ShimTensor& t, const char* what) {
                                 "; lite's kernels take float32");
 }
 
-// c[i, j] (= or +=) sum_k a[i, k] b[k, j] over strided float32 matrices; c's rows contiguous.
+typedef float v4 __attribute__((vector_size(16)));  // the baseline's vector width (SSE2, NEON)
+
+inline v4 load4(const float* p) {
+  v4 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// sum_p a[p] b[p] over contiguous rows, four vector accumulators
+float dot(const float* a, const float* b, int64_t k) {
+  v4 s0{}, s1{}, s2{}, s3{};
+  int64_t p = 0;
+  for (; p + 16 <= k; p += 16) {
+    s0 += load4(a + p) * load4(b + p);
+    s1 += load4(a + p + 4) * load4(b + p + 4);
+    s2 += load4(a + p + 8) * load4(b + p + 8);
+    s3 += load4(a + p + 12) * load4(b + p + 12);
+  }
+  const v4 s = (s0 + s1) + (s2 + s3);
+  float r = (s[0] + s[1]) + (s[2] + s[3]);
+  for (; p < k; ++p) r += a[p] * b[p];
+  return r;
+}
+
+constexpr int64_t kParallelWork = int64_t{1} << 15;  // multiply-adds below which a product stays on one thread
+
+// c[i, j] (= or +=) alpha sum_k a[i, k] b[k, j] over strided float32 matrices; c's rows contiguous.
 void gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t a_cs, const float* b,
           int64_t b_rs, int64_t b_cs, float* c, int64_t c_rs, float alpha, bool accumulate) {
-  // b as contiguous rows, so the inner loop runs along a row of b and of c
+  const bool parallel = m * n * k >= kParallelWork;
+  if (a_cs == 1 && b_rs == 1) {
+    // rows of a and columns of b contiguous (a linear layer: b is its weight transposed): dot products
+#pragma omp parallel for collapse(2) schedule(static) if (parallel)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        const float v = alpha * dot(a + i * a_rs, b + j * b_cs, k);
+        float& out = c[i * c_rs + j];
+        out = accumulate ? out + v : v;
+      }
+    return;
+  }
+  // else b as contiguous rows, so the inner loop runs along a row of b and of c
   std::vector<float> packed;
   if (b_cs != 1) {
     packed.resize(static_cast<std::size_t>(k * n));
@@ -32,20 +70,24 @@ void gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t
     b = packed.data();
     b_rs = n;
   }
-  std::vector<float> row(static_cast<std::size_t>(n));
-  for (int64_t i = 0; i < m; ++i) {
-    std::fill(row.begin(), row.end(), 0.0f);
-    for (int64_t p = 0; p < k; ++p) {
-      const float x = a[i * a_rs + p * a_cs];
-      const float* bp = b + p * b_rs;
-      for (int64_t j = 0; j < n; ++j) row[j] += x * bp[j];
+  constexpr int64_t kCols = 256;
+  const int64_t blocks = (n + kCols - 1) / kCols;
+#pragma omp parallel for collapse(2) schedule(static) if (parallel)
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      const int64_t j0 = blk * kCols, cols = std::min(kCols, n - j0);
+      float row[kCols] = {};
+      for (int64_t p = 0; p < k; ++p) {
+        const float x = a[i * a_rs + p * a_cs];
+        const float* bp = b + p * b_rs + j0;
+        for (int64_t j = 0; j < cols; ++j) row[j] += x * bp[j];
+      }
+      float* ci = c + i * c_rs + j0;
+      if (accumulate)
+        for (int64_t j = 0; j < cols; ++j) ci[j] += alpha * row[j];
+      else
+        for (int64_t j = 0; j < cols; ++j) ci[j] = alpha * row[j];
     }
-    float* ci = c + i * c_rs;
-    if (accumulate)
-      for (int64_t j = 0; j < n; ++j) ci[j] += alpha * row[j];
-    else
-      for (int64_t j = 0; j < n; ++j) ci[j] = alpha * row[j];
-  }
 }
 
 void check_matrix(const ShimTensor& t, const char* what) {
@@ -131,37 +173,102 @@ std::unique_ptr<ShimTensor> convolution(const ShimTensor& input, const ShimTenso
     if (spatial == 2) return t.strides[d];
     return d == 2 ? int64_t{0} : t.strides[d == 3 ? 2 : d];
   };
+  const int64_t xs[4] = {s4(input, 0), s4(input, 1), s4(input, 2), s4(input, 3)};
+  const int64_t ys[4] = {s4(*out, 0), s4(*out, 1), s4(*out, 2), s4(*out, 3)};
   const float* x = static_cast<const float*>(input.data());
   const float* wt = static_cast<const float*>(weight.data());
   float* y = static_cast<float*>(out->data());
-  const float* b = nullptr;
-  int64_t b_s = 0;
+  const int64_t oc_per = c_out / groups;
+  std::vector<float> b(static_cast<std::size_t>(c_out), 0.0f);
   if (bias != nullptr) {
     require_float32(*bias, "convolution's bias");
-    b = static_cast<const float*>(bias->data());
-    b_s = bias->strides[0];
+    const float* bp = static_cast<const float*>(bias->data());
+    for (int64_t oc = 0; oc < c_out; ++oc) b[oc] = bp[oc * bias->strides[0]];
   }
-  const int64_t oc_per = c_out / groups;
-  for (int64_t in = 0; in < n; ++in)
-    for (int64_t oc = 0; oc < c_out; ++oc) {
-      const int64_t g = oc / oc_per;
-      for (int64_t oy = 0; oy < oh; ++oy)
+  // Padding: the depthwise path skips its taps, as oneDNN (eager's CPU convolutions) does; the product path
+  // multiplies zeros, so there an inf or NaN weight reaches the border outputs where eager's would not.
+  if (c_per == 1 && oc_per == 1) {
+    // depthwise: per output pixel, all channels at once; weights as [tap][channel]
+    const int64_t taps = kh * kw, c = c_out;
+    std::vector<float> wk(static_cast<std::size_t>(taps * c));
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t ky = 0; ky < kh; ++ky)
+        for (int64_t kx = 0; kx < kw; ++kx)
+          wk[(ky * kw + kx) * c + ch] = wt[ch * s4(weight, 0) + ky * s4(weight, 2) + kx * s4(weight, 3)];
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t in = 0; in < n; ++in)
+      for (int64_t oy = 0; oy < oh; ++oy) {
+        std::vector<float> acc(static_cast<std::size_t>(c)), col(static_cast<std::size_t>(c));
         for (int64_t ox = 0; ox < ow; ++ox) {
-          float acc = b != nullptr ? b[oc * b_s] : 0.0f;
+          std::copy(b.begin(), b.end(), acc.begin());
+          for (int64_t ky = 0; ky < kh; ++ky) {
+            const int64_t iy = oy * sh - ph + ky * dh;
+            for (int64_t kx = 0; kx < kw; ++kx) {
+              const int64_t ix = ox * sw - pw + kx * dw;
+              const float* wv = wk.data() + (ky * kw + kx) * c;
+              if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
+              const float* xp = x + in * xs[0] + iy * xs[2] + ix * xs[3];
+              if (xs[1] == 1) {
+                for (int64_t ch = 0; ch < c; ++ch) acc[ch] += xp[ch] * wv[ch];
+              } else {
+                for (int64_t ch = 0; ch < c; ++ch) col[ch] = xp[ch * xs[1]];
+                for (int64_t ch = 0; ch < c; ++ch) acc[ch] += col[ch] * wv[ch];
+              }
+            }
+          }
+          float* yp = y + in * ys[0] + oy * ys[2] + ox * ys[3];
+          for (int64_t ch = 0; ch < c; ++ch) yp[ch * ys[1]] = acc[ch];
+        }
+      }
+    return out;
+  }
+  // otherwise a product per group: output pixels x (input channels x taps) times (input channels x taps) x output
+  // channels, the input gathered a tile of pixels at a time, the weights packed as [group][k][output channel]
+  const int64_t kk = c_per * kh * kw, pixels = oh * ow;
+  std::vector<float> wp(static_cast<std::size_t>(groups * kk * oc_per));
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t j = 0; j < oc_per; ++j)
+      for (int64_t ic = 0; ic < c_per; ++ic)
+        for (int64_t ky = 0; ky < kh; ++ky)
+          for (int64_t kx = 0; kx < kw; ++kx)
+            wp[((g * kk) + (ic * kh + ky) * kw + kx) * oc_per + j] =
+                wt[(g * oc_per + j) * s4(weight, 0) + ic * s4(weight, 1) + ky * s4(weight, 2) + kx * s4(weight, 3)];
+  constexpr int64_t kTile = 32;
+  const int64_t tiles = (pixels + kTile - 1) / kTile;
+#pragma omp parallel for collapse(3) schedule(static)
+  for (int64_t in = 0; in < n; ++in)
+    for (int64_t g = 0; g < groups; ++g)
+      for (int64_t t = 0; t < tiles; ++t) {
+        const int64_t p0 = t * kTile, p1 = std::min(pixels, p0 + kTile);
+        std::vector<float> col(static_cast<std::size_t>(kTile * kk)), acc(static_cast<std::size_t>(kTile * oc_per));
+        for (int64_t p = p0; p < p1; ++p) {
+          const int64_t oy = p / ow, ox = p % ow;
+          float* cp = col.data() + (p - p0) * kk;
           for (int64_t ic = 0; ic < c_per; ++ic)
             for (int64_t ky = 0; ky < kh; ++ky) {
               const int64_t iy = oy * sh - ph + ky * dh;
-              if (iy < 0 || iy >= h) continue;
               for (int64_t kx = 0; kx < kw; ++kx) {
                 const int64_t ix = ox * sw - pw + kx * dw;
-                if (ix < 0 || ix >= w) continue;
-                acc += x[in * s4(input, 0) + (g * c_per + ic) * s4(input, 1) + iy * s4(input, 2) + ix * s4(input, 3)] *
-                       wt[oc * s4(weight, 0) + ic * s4(weight, 1) + ky * s4(weight, 2) + kx * s4(weight, 3)];
+                *cp++ = iy < 0 || iy >= h || ix < 0 || ix >= w
+                            ? 0.0f
+                            : x[in * xs[0] + (g * c_per + ic) * xs[1] + iy * xs[2] + ix * xs[3]];
               }
             }
-          y[in * s4(*out, 0) + oc * s4(*out, 1) + oy * s4(*out, 2) + ox * s4(*out, 3)] = acc;
         }
-    }
+        const float* wg = wp.data() + g * kk * oc_per;
+        for (int64_t p = p0; p < p1; ++p) {
+          float* a = acc.data() + (p - p0) * oc_per;
+          std::copy(b.begin() + g * oc_per, b.begin() + (g + 1) * oc_per, a);
+          const float* cp = col.data() + (p - p0) * kk;
+          for (int64_t k = 0; k < kk; ++k) {
+            const float v = cp[k];
+            const float* wr = wg + k * oc_per;
+            for (int64_t j = 0; j < oc_per; ++j) a[j] += v * wr[j];
+          }
+          float* yp = y + in * ys[0] + (g * oc_per) * ys[1] + (p / ow) * ys[2] + (p % ow) * ys[3];
+          for (int64_t j = 0; j < oc_per; ++j) yp[j * ys[1]] = a[j];
+        }
+      }
   return out;
 }
 
