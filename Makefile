@@ -5,7 +5,7 @@ BUILD_TYPE ?= Release
 TARGET ?= linux-aarch64
 export FLAVOUR BUILD_TYPE TARGET
 
-.PHONY: demo test test-all test-aarch64 test-x86-hosts test-torch container build cross-build bundle bootstrap sanitize tsan fuzz bench bench-peers package mutants clean
+.PHONY: demo lite test test-all test-aarch64 test-x86-hosts test-torch container build cross-build bundle bootstrap sanitize tsan fuzz bench bench-peers package mutants clean
 demo:
 	@scripts/demo.sh
 test:
@@ -22,6 +22,8 @@ build:
 	@scripts/build.sh
 cross-build:
 	@scripts/cross-build.sh
+lite:
+	@scripts/lite.sh
 bundle:
 	@scripts/bundle.sh
 bootstrap:
@@ -43,4 +45,4 @@ mutants:
 package:
 	@scripts/package.sh
 clean:
-	rm -rf build dist dist-linux-aarch64
+	rm -rf build dist dist-linux-aarch64 dist-lite

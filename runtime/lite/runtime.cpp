@@ -45,6 +45,12 @@ void apply_num_threads() {
   if (n > 0) omp_set_num_threads(n);
 }
 
+// Every shim function referenced: a program linked with libpt2rt.a keeps them (and exports them by the static
+// library's --export-dynamic-symbol), though only the model library calls them.
+#define PT2RT_LITE_SHIM_ADDRESS(name) reinterpret_cast<const void*>(&pt2rt_lite_##name),
+[[gnu::used]] const void* const kShimFunctions[] = {PT2RT_LITE_SHIM_FUNCTIONS(PT2RT_LITE_SHIM_ADDRESS)};
+#undef PT2RT_LITE_SHIM_ADDRESS
+
 // The model library resolves the shim's names in the process's global scope: this library is put there (once),
 // also when the program loaded it privately (a plugin host's dlopen with RTLD_LOCAL).
 void make_shim_global() {

@@ -86,3 +86,49 @@ PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_cpu_convolution(
     int64_t stride_len, const int64_t* padding, int64_t padding_len, const int64_t* dilation, int64_t dilation_len,
     int32_t transposed, const int64_t* output_padding, int64_t output_padding_len, int64_t groups,
     AtenTensorHandle* ret0);
+
+// Every shim function by name (what export_tools.lite.SHIM_FUNCTIONS lists): runtime.cpp keeps them all in a static
+// link, where nothing else in the program calls them but the model library does, by name.
+#define PT2RT_LITE_SHIM_FUNCTIONS(X) \
+  X(aoti_torch_device_type_cpu) \
+  X(aoti_torch_device_type_cuda) \
+  X(aoti_torch_layout_strided) \
+  X(aoti_torch_dtype_float32) \
+  X(aoti_torch_dtype_float64) \
+  X(aoti_torch_dtype_float16) \
+  X(aoti_torch_dtype_bfloat16) \
+  X(aoti_torch_dtype_int64) \
+  X(aoti_torch_dtype_int32) \
+  X(aoti_torch_dtype_int16) \
+  X(aoti_torch_dtype_int8) \
+  X(aoti_torch_dtype_uint8) \
+  X(aoti_torch_dtype_bool) \
+  X(aoti_torch_grad_mode_is_enabled) \
+  X(aoti_torch_grad_mode_set_enabled) \
+  X(aoti_torch_delete_tensor_object) \
+  X(aoti_torch_get_data_ptr) \
+  X(aoti_torch_get_storage_size) \
+  X(aoti_torch_get_dim) \
+  X(aoti_torch_get_numel) \
+  X(aoti_torch_get_sizes) \
+  X(aoti_torch_get_size) \
+  X(aoti_torch_get_strides) \
+  X(aoti_torch_get_stride) \
+  X(aoti_torch_get_dtype) \
+  X(aoti_torch_get_device_type) \
+  X(aoti_torch_get_device_index) \
+  X(aoti_torch_get_storage_offset) \
+  X(aoti_torch_is_contiguous) \
+  X(aoti_torch_is_defined) \
+  X(aoti_torch_new_tensor_handle) \
+  X(aoti_torch__reinterpret_tensor) \
+  X(aoti_torch_empty_strided) \
+  X(aoti_torch_create_tensor_from_blob) \
+  X(aoti_torch_create_tensor_from_blob_v2) \
+  X(aoti_torch_clone) \
+  X(aoti_torch_clone_preserve_strides) \
+  X(aoti_torch_copy_) \
+  X(aoti_torch_cpu_addmm_out) \
+  X(aoti_torch_cpu_mm_out) \
+  X(aoti_torch_cpu_bmm_out) \
+  X(aoti_torch_cpu_convolution)

@@ -102,6 +102,8 @@ def test_lite_shim_names_are_the_headers():
     header = (ROOT / "runtime" / "lite" / "shim.h").read_text()
     declared = set(re.findall(r"\bpt2rt_lite_(aoti_torch_\w+)\(", header))
     assert declared == lite.SHIM_FUNCTIONS
+    # the list a static link keeps
+    assert set(re.findall(r"\bX\((aoti_torch_\w+)\)", header)) == lite.SHIM_FUNCTIONS
 
 
 def test_lite_shim_declarations_agree_with_torchs(tmp_path):
@@ -315,3 +317,78 @@ def test_pt2run_lite_refuses_a_damaged_package_with_exit_3(package, tmp_path):
         result = subprocess.run([str(_pt2run_lite()), "verify", str(bad)], capture_output=True, text=True)
         assert result.returncode == 3, (name, result.stderr)
         assert str(bad) in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+CONSUMER_CMAKE = """cmake_minimum_required(VERSION 3.25)
+project(consumer CXX)
+find_package(pt2rt REQUIRED)
+add_executable(verify_shared main.cpp)
+target_link_libraries(verify_shared PRIVATE pt2rt::pt2rt)
+add_executable(verify_static main.cpp)
+target_link_libraries(verify_static PRIVATE pt2rt::pt2rt_static)
+"""
+CONSUMER_MAIN = """#include <pt2rt/pt2rt.h>
+#include <cstdio>
+int main(int argc, char** argv) {
+  try {
+    pt2rt::Runtime rt = pt2rt::Runtime::load(argv[1]);
+    const pt2rt::VerifyReport report = rt.verify();
+    std::printf("lite %d, variant %s, %zu cases, passed %d\\n", pt2rt::is_lite(), rt.variant().record.c_str(),
+                report.cases.size(), report.passed());
+    return report.passed() ? 0 : 1;
+  } catch (const pt2rt::Error& e) {
+    std::fprintf(stderr, "%s\\n", e.what());
+    return pt2rt::exit_code(e.code());
+  }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def dist_lite(tmp_path_factory):
+    """make lite into a folder of its own (scripts/lite.sh: it checks the size and the dependencies itself)."""
+    tmp = tmp_path_factory.mktemp("dist-lite")
+    env = dict(__import__("os").environ, PT2RT_LITE_BUILD_DIR=str(tmp / "build"), PT2RT_LITE_DIST=str(tmp / "dist"))
+    result = subprocess.run([str(ROOT / "scripts" / "lite.sh")], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    return tmp / "dist"
+
+
+def test_make_lite_bundle_is_small_and_names_no_libtorch(dist_lite):
+    files = [p for p in dist_lite.rglob("*") if p.is_file() and not p.is_symlink()]
+    assert sum(p.stat().st_size for p in files) <= 10_000_000
+    names = {str(p.relative_to(dist_lite)) for p in dist_lite.rglob("*")}
+    assert {"bin/pt2run", "lib/libpt2rt.so", "lib/libpt2rt.a", "lib/libsleef.so.3", "include/pt2rt/pt2rt.h",
+            "include/pt2rt/pt2rt_c.h", "lib/cmake/pt2rt/pt2rtConfig.cmake"} <= names
+    for p in files:
+        if p.suffix in (".so", ".3") or ".so." in p.name or p.parent.name == "bin":
+            dynamic = subprocess.run(["readelf", "-d", str(p)], capture_output=True, text=True).stdout
+            assert not re.search(r"NEEDED.*(torch|c10|python)", dynamic), (p, dynamic)
+    # only pt2rt's names leave the shared library
+    symbols = subprocess.run(["nm", "-D", "--defined-only", "-C", str(dist_lite / "lib" / "libpt2rt.so")],
+                             capture_output=True, text=True, check=True).stdout.split("\n")
+    foreign = [line for line in symbols if line.strip() and not re.search(r" (pt2rt_|pt2rt::|typeinfo|vtable)", line)]
+    assert not foreign, foreign[:5]
+
+
+def test_make_lite_bundle_runs_the_package_from_pt2run_and_from_a_cmake_program(dist_lite, package, tmp_path):
+    path, _ = package
+    env = dict(__import__("os").environ, LD_DEBUG="libs")
+    result = subprocess.run([str(dist_lite / "bin" / "pt2run"), "verify", str(path)], capture_output=True,
+                            text=True, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    loaded = _loaded_libraries(result.stderr)
+    assert "libpt2rt.so.0" in loaded and "libsleef.so.3" in loaded
+    assert not [n for n in loaded if re.search(r"torch|c10|python", n)], loaded
+    # a program built against the bundle's CMake package, with either library
+    (tmp_path / "CMakeLists.txt").write_text(CONSUMER_CMAKE)
+    (tmp_path / "main.cpp").write_text(CONSUMER_MAIN)
+    build = tmp_path / "build"
+    subprocess.run(["cmake", "-S", str(tmp_path), "-B", str(build), "-G", "Ninja", f"-DCMAKE_PREFIX_PATH={dist_lite}"],
+                   check=True, capture_output=True)
+    made = subprocess.run(["cmake", "--build", str(build)], capture_output=True, text=True)
+    assert made.returncode == 0, made.stdout[-2000:]
+    for exe in ("verify_shared", "verify_static"):
+        run = subprocess.run([str(build / exe), str(path)], capture_output=True, text=True)
+        assert run.returncode == 0, (exe, run.stderr)
+        assert "lite 1, variant pt2rt/lite/native.so, 4 cases, passed 1" in run.stdout
