@@ -39,6 +39,7 @@ SHIM_FUNCTIONS = frozenset({
     "aoti_torch_empty_strided", "aoti_torch_create_tensor_from_blob", "aoti_torch_create_tensor_from_blob_v2",
     "aoti_torch_clone", "aoti_torch_clone_preserve_strides", "aoti_torch_copy_",
     "aoti_torch_cpu_addmm_out", "aoti_torch_cpu_mm_out", "aoti_torch_cpu_bmm_out", "aoti_torch_cpu_convolution",
+    "aoti_torch_cpu__scaled_dot_product_flash_attention_for_cpu",
 })
 # What a lite library may need besides the shim (DT_NEEDED); the lite bundle ships Sleef.
 LIBRARIES = ("libgomp.so.1", "libsleef.so.3", "libstdc++.so.6", "libm.so.6", "libgcc_s.so.1", "libc.so.6",

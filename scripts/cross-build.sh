@@ -17,9 +17,9 @@ fi
 NATIVE_BUILD_DIR=$BUILD_DIR
 CROSS_BUILD_DIR=$ROOT/build/aarch64-$build_type_lc
 
-# Debian packages: the cross toolchain, qemu, the target's OpenSSL (arm64 multiarch) ---------------------------
+# Debian packages: the cross toolchain, qemu, the target's OpenSSL and Sleef (arm64 multiarch) ----------------------
 # (apt upgrades the native libssl-dev with the arm64 one: Multi-Arch packages of both must be one version)
-ensure_debian_packages g++-aarch64-linux-gnu qemu-user libssl-dev:arm64
+ensure_debian_packages g++-aarch64-linux-gnu qemu-user libssl-dev:arm64 libsleef-dev:arm64  # Sleef: pt2rt-lite
 
 # PyPI's aarch64 wheels (the libtorch recipe checks their SHA-256) -----------------------------------------------
 # one download per machine, not per clone (~440 MB; the recipe checks each file's SHA-256)

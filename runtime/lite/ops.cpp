@@ -2,6 +2,7 @@
 // products and convolutions. Each returns exactly the sizes and strides ATen's would, which the model library's
 // generated code indexes by.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -272,7 +273,103 @@ std::unique_ptr<ShimTensor> convolution(const ShimTensor& input, const ShimTenso
   return out;
 }
 
+// softmax(q k^T scale + mask) v per batch and head, with each row's logsumexp (what ATen's flash attention for
+// the CPU returns): the output as empty_like(query), logsumexp [B, H, L] with the strides of a [B, L, H] transposed.
+void attention(const ShimTensor& q, const ShimTensor& k, const ShimTensor& v, bool causal, const ShimTensor* mask,
+               double scale, ShimTensor& out, ShimTensor& lse) {
+  const int64_t nb = q.sizes[0], nh = q.sizes[1], nl = q.sizes[2], ne = q.sizes[3], ns = k.sizes[2];
+  const int64_t ev = v.sizes[3];
+  int64_t ms[4] = {0, 0, 0, 0};  // the mask's strides as [B, H, L, S], 0 where it broadcasts
+  const float* mp = nullptr;
+  if (mask != nullptr) {
+    require_float32(*mask, "attention's mask");
+    const int64_t md = mask->dim();
+    if (md > 4) throw std::invalid_argument("attention's mask has more than 4 dims");
+    for (int64_t d = 0; d < md; ++d) {
+      const int64_t at = 4 - md + d, want = at == 0 ? nb : at == 1 ? nh : at == 2 ? nl : ns;
+      if (mask->sizes[d] != 1 && mask->sizes[d] != want) throw std::invalid_argument("attention's mask does not broadcast");
+      ms[at] = mask->sizes[d] == 1 ? 0 : mask->strides[d];
+    }
+    mp = static_cast<const float*>(mask->data());
+  }
+  const float* qp = static_cast<const float*>(q.data());
+  const float* kp = static_cast<const float*>(k.data());
+  const float* vp = static_cast<const float*>(v.data());
+  float* op = static_cast<float*>(out.data());
+  float* lp = static_cast<float*>(lse.data());
+  const float sc = static_cast<float>(scale);
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t b = 0; b < nb; ++b)
+    for (int64_t h = 0; h < nh; ++h) {
+      // this head's keys and values as contiguous rows
+      std::vector<float> kr(static_cast<std::size_t>(ns * ne)), vr(static_cast<std::size_t>(ns * ev));
+      std::vector<float> qr(static_cast<std::size_t>(ne)), p(static_cast<std::size_t>(ns)), acc(static_cast<std::size_t>(ev));
+      for (int64_t j = 0; j < ns; ++j) {
+        for (int64_t e = 0; e < ne; ++e)
+          kr[j * ne + e] = kp[b * k.strides[0] + h * k.strides[1] + j * k.strides[2] + e * k.strides[3]];
+        for (int64_t e = 0; e < ev; ++e)
+          vr[j * ev + e] = vp[b * v.strides[0] + h * v.strides[1] + j * v.strides[2] + e * v.strides[3]];
+      }
+      for (int64_t i = 0; i < nl; ++i) {
+        for (int64_t e = 0; e < ne; ++e)
+          qr[e] = qp[b * q.strides[0] + h * q.strides[1] + i * q.strides[2] + e * q.strides[3]];
+        float m = -INFINITY;
+        for (int64_t j = 0; j < ns; ++j) {
+          float s = causal && j > i ? -INFINITY : sc * dot(qr.data(), kr.data() + j * ne, ne);
+          if (mp != nullptr) s += mp[b * ms[0] + h * ms[1] + i * ms[2] + j * ms[3]];
+          p[j] = s;
+          m = std::max(m, s);
+        }
+        float sum = 0;
+        for (int64_t j = 0; j < ns; ++j) {
+          p[j] = std::exp(p[j] - m);
+          sum += p[j];
+        }
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        for (int64_t j = 0; j < ns; ++j) {
+          const float w = p[j] / sum;
+          const float* vj = vr.data() + j * ev;
+          for (int64_t e = 0; e < ev; ++e) acc[e] += w * vj[e];
+        }
+        for (int64_t e = 0; e < ev; ++e)
+          op[b * out.strides[0] + h * out.strides[1] + i * out.strides[2] + e * out.strides[3]] = acc[e];
+        lp[b * lse.strides[0] + h * lse.strides[1] + i * lse.strides[2]] = m + std::log(sum);
+      }
+    }
+}
+
 }  // namespace
+
+AOTITorchError pt2rt_lite_aoti_torch_cpu__scaled_dot_product_flash_attention_for_cpu(
+    AtenTensorHandle query, AtenTensorHandle key, AtenTensorHandle value, double dropout_p, int32_t is_causal,
+    AtenTensorHandle* attn_mask, double* scale, AtenTensorHandle* ret0, AtenTensorHandle* ret1) {
+  return guarded("scaled_dot_product_flash_attention_for_cpu", [&] {
+    const ShimTensor& q = *as_tensor(query);
+    const ShimTensor& k = *as_tensor(key);
+    const ShimTensor& v = *as_tensor(value);
+    for (const ShimTensor* t : {&q, &k, &v}) {
+      require_float32(*t, "attention's query, key and value");
+      if (t->dim() != 4) throw std::invalid_argument("attention takes [batch, heads, length, features] tensors");
+    }
+    if (dropout_p != 0.0) throw std::invalid_argument("attention with dropout is not inference");
+    if (k.sizes[0] != q.sizes[0] || v.sizes[0] != q.sizes[0] || k.sizes[1] != q.sizes[1] || v.sizes[1] != q.sizes[1] ||
+        k.sizes[3] != q.sizes[3] || v.sizes[2] != k.sizes[2])
+      throw std::invalid_argument("attention's query, key and value do not agree");
+    // the output as empty_like(query) (its strides where it is dense), logsumexp as [B, L, H] transposed
+    std::vector<int64_t> osizes = {q.sizes[0], q.sizes[1], q.sizes[2], v.sizes[3]};
+    std::vector<int64_t> ostrides = q.is_non_overlapping_and_dense() && v.sizes[3] == q.sizes[3]
+                                        ? q.strides
+                                        : contiguous_strides(osizes);
+    auto out = empty_strided(osizes, ostrides, kFloat32);
+    const int64_t nl = q.sizes[2], nh = q.sizes[1];
+    auto lse = empty_strided({q.sizes[0], nh, nl}, {nl * nh, 1, nh}, kFloat32);
+    const double s = scale != nullptr ? *scale : 1.0 / std::sqrt(static_cast<double>(q.sizes[3]));
+    attention(q, k, v, is_causal != 0, attn_mask != nullptr && *attn_mask != nullptr ? as_tensor(*attn_mask) : nullptr,
+              s, *out, *lse);
+    *ret0 = as_handle(out.release());
+    *ret1 = as_handle(lse.release());
+  });
+}
 
 AOTITorchError pt2rt_lite_aoti_torch_cpu_addmm_out(AtenTensorHandle out, AtenTensorHandle self, AtenTensorHandle mat1,
                                                    AtenTensorHandle mat2, double beta, double alpha) {

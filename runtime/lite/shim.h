@@ -86,6 +86,9 @@ PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_cpu_convolution(
     int64_t stride_len, const int64_t* padding, int64_t padding_len, const int64_t* dilation, int64_t dilation_len,
     int32_t transposed, const int64_t* output_padding, int64_t output_padding_len, int64_t groups,
     AtenTensorHandle* ret0);
+PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_cpu__scaled_dot_product_flash_attention_for_cpu(
+    AtenTensorHandle query, AtenTensorHandle key, AtenTensorHandle value, double dropout_p, int32_t is_causal,
+    AtenTensorHandle* attn_mask, double* scale, AtenTensorHandle* ret0, AtenTensorHandle* ret1);
 
 // Every shim function by name (what export_tools.lite.SHIM_FUNCTIONS lists): runtime.cpp keeps them all in a static
 // link, where nothing else in the program calls them but the model library does, by name.
@@ -131,4 +134,5 @@ PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_cpu_convolution(
   X(aoti_torch_cpu_addmm_out) \
   X(aoti_torch_cpu_mm_out) \
   X(aoti_torch_cpu_bmm_out) \
-  X(aoti_torch_cpu_convolution)
+  X(aoti_torch_cpu_convolution) \
+  X(aoti_torch_cpu__scaled_dot_product_flash_attention_for_cpu)

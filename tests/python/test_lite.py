@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 class Tagger(torch.nn.Module):
     """Convolutions of every kind lite's shim runs (dense, strided, grouped, depthwise, 1-d), products (linear,
-    batched), and what inductor generates itself (norms, GELU's erf from Sleef, softmax)."""
+    batched), attention (causal, and with a mask), and what inductor generates itself (norms, GELU's erf from Sleef,
+    softmax)."""
 
     def __init__(self):
         super().__init__()
@@ -38,8 +39,14 @@ class Tagger(torch.nn.Module):
         y = self.grouped(y).flatten(2)                       # [n, 24, h*w]
         y = self.conv1d(y).transpose(1, 2)                   # [n, h*w, 32]
         y = self.norm(y)
+        n, p, _ = y.shape
         attn = torch.softmax(y @ self.proj(y).transpose(1, 2) / 32 ** 0.5, dim=-1)
-        return self.head(attn @ y).mean(1), y.amax(1)
+        heads = self.proj(y).view(n, p, 4, 8).transpose(1, 2)            # [n, 4, p, 8]
+        causal = torch.nn.functional.scaled_dot_product_attention(heads, heads, heads, is_causal=True)
+        bias = torch.linspace(-1, 1, p * p).view(p, p)
+        masked = torch.nn.functional.scaled_dot_product_attention(heads, heads.flip(2), heads, attn_mask=bias)
+        z = (causal + masked).transpose(1, 2).reshape(n, p, 32)
+        return self.head(attn @ y + z).mean(1), y.amax(1)
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +99,8 @@ def test_lite_library_needs_no_libtorch(package):
     (variant,) = spec["lite_variants"]
     assert variant["record"] == "pt2rt/lite/native.so" and variant["isa"] == "native"
     assert set(variant["shim"]) <= lite.SHIM_FUNCTIONS
-    assert "aoti_torch_cpu_convolution" in variant["shim"]
+    assert {"aoti_torch_cpu_convolution", "aoti_torch_cpu__scaled_dot_product_flash_attention_for_cpu",
+            "aoti_torch_cpu_addmm_out"} <= set(variant["shim"])
     assert not [n for n in variant["needed"] if re.search(r"torch|c10|python", n)]
     # the full variants are as they were: the package still runs in the full runtime
     assert [v["isa"] for v in spec["variants"]] == ["native"]
@@ -136,13 +144,13 @@ def test_custom_op_is_refused_by_name(tmp_path):
 
 
 def test_op_without_a_lite_kernel_is_refused_by_name(tmp_path):
-    class Attention(torch.nn.Module):
-        def forward(self, q):
-            return torch.nn.functional.scaled_dot_product_attention(q, q, q)
+    class TopK(torch.nn.Module):
+        def forward(self, x):
+            return torch.topk(x, 3).values
 
-    with pytest.raises(lite.LiteError, match=r"lite has no kernel for aten\._scaled_dot_product_flash_attention"
-                                             r"_for_cpu \(the model library calls aoti_torch_cpu_"):
-        export_package(Attention(), (torch.randn(1, 2, 8, 16),), tmp_path / "m.pt2", lite=True)
+    with pytest.raises(lite.LiteError, match=r"lite has no kernel for aten\.topk \(the model library calls "
+                                             r"aoti_torch_cpu_topk"):
+        export_package(TopK(), (torch.randn(4, 16),), tmp_path / "m.pt2", lite=True)
     assert list(tmp_path.iterdir()) == []
 
 
