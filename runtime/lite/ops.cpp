@@ -123,6 +123,59 @@ void addmm(ShimTensor& out, const ShimTensor* self, const ShimTensor& mat1, cons
        static_cast<const float*>(mat2.data()), mat2.strides[0], mat2.strides[1], c, c_rs, alpha, accumulate);
 }
 
+// acc[r][j] += sum_k a[r][k] w[k][j] for r < rows, j < cols (a's rows kk apart, w's and acc's ld apart): 4 rows by
+// 8 columns at a time in registers, the rest one row and column at a time.
+void tile_product(const float* a, int64_t kk, const float* w, int64_t w_ld, float* acc, int64_t acc_ld, int64_t rows,
+                  int64_t cols) {
+  const int64_t r4 = rows / 4 * 4, c8 = cols / 8 * 8;
+  for (int64_t r = 0; r < r4; r += 4)
+    for (int64_t j = 0; j < c8; j += 8) {
+      v4 c[4][2];
+      for (int i = 0; i < 4; ++i) {
+        c[i][0] = load4(acc + (r + i) * acc_ld + j);
+        c[i][1] = load4(acc + (r + i) * acc_ld + j + 4);
+      }
+      const float* a0 = a + r * kk;
+      for (int64_t k = 0; k < kk; ++k) {
+        const v4 w0 = load4(w + k * w_ld + j), w1 = load4(w + k * w_ld + j + 4);
+        for (int i = 0; i < 4; ++i) {
+          const v4 x = v4{} + a0[i * kk + k];
+          c[i][0] += x * w0;
+          c[i][1] += x * w1;
+        }
+      }
+      for (int i = 0; i < 4; ++i) {
+        std::memcpy(acc + (r + i) * acc_ld + j, &c[i][0], sizeof(v4));
+        std::memcpy(acc + (r + i) * acc_ld + j + 4, &c[i][1], sizeof(v4));
+      }
+    }
+  // the rows and columns the blocks left
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t from = r < r4 ? c8 : 0;
+    if (from == cols) continue;
+    float* row = acc + r * acc_ld;
+    for (int64_t k = 0; k < kk; ++k) {
+      const float x = a[r * kk + k];
+      const float* wk = w + k * w_ld;
+      for (int64_t j = from; j < cols; ++j) row[j] += x * wk[j];
+    }
+  }
+}
+
+// `w` rearranged by pack() for a kernel: once per constant (kept on its storage, keyed by `kind` and the view),
+// per call for anything else.
+template <class Pack>
+std::shared_ptr<const std::vector<float>> packed(const ShimTensor& w, std::vector<int64_t> kind, Pack pack) {
+  if (!w.storage->constant) return std::make_shared<const std::vector<float>>(pack());
+  kind.push_back(w.offset);
+  kind.insert(kind.end(), w.sizes.begin(), w.sizes.end());
+  kind.insert(kind.end(), w.strides.begin(), w.strides.end());
+  std::lock_guard<std::mutex> lock(w.storage->pack_mutex);
+  auto& slot = w.storage->packs[kind];
+  if (!slot) slot = std::make_shared<const std::vector<float>>(pack());
+  return slot;
+}
+
 bool is_channels_last_2d(const ShimTensor& t) {
   // ATen's rule (is_channels_last_strides_2d_s4), ambiguous cases falling back to contiguous
   if (t.dim() != 4 || t.strides[1] == 0) return false;
@@ -191,11 +244,15 @@ std::unique_ptr<ShimTensor> convolution(const ShimTensor& input, const ShimTenso
   if (c_per == 1 && oc_per == 1) {
     // depthwise: per output pixel, all channels at once; weights as [tap][channel]
     const int64_t taps = kh * kw, c = c_out;
-    std::vector<float> wk(static_cast<std::size_t>(taps * c));
-    for (int64_t ch = 0; ch < c; ++ch)
-      for (int64_t ky = 0; ky < kh; ++ky)
-        for (int64_t kx = 0; kx < kw; ++kx)
-          wk[(ky * kw + kx) * c + ch] = wt[ch * s4(weight, 0) + ky * s4(weight, 2) + kx * s4(weight, 3)];
+    const auto wk_packed = packed(weight, {1, kh, kw}, [&] {
+      std::vector<float> wk(static_cast<std::size_t>(taps * c));
+      for (int64_t ch = 0; ch < c; ++ch)
+        for (int64_t ky = 0; ky < kh; ++ky)
+          for (int64_t kx = 0; kx < kw; ++kx)
+            wk[(ky * kw + kx) * c + ch] = wt[ch * s4(weight, 0) + ky * s4(weight, 2) + kx * s4(weight, 3)];
+      return wk;
+    });
+    const std::vector<float>& wk = *wk_packed;
 #pragma omp parallel for collapse(2) schedule(static)
     for (int64_t in = 0; in < n; ++in)
       for (int64_t oy = 0; oy < oh; ++oy) {
@@ -226,22 +283,26 @@ std::unique_ptr<ShimTensor> convolution(const ShimTensor& input, const ShimTenso
   // otherwise a product per group: output pixels x (input channels x taps) times (input channels x taps) x output
   // channels, the input gathered a tile of pixels at a time, the weights packed as [group][k][output channel]
   const int64_t kk = c_per * kh * kw, pixels = oh * ow;
-  std::vector<float> wp(static_cast<std::size_t>(groups * kk * oc_per));
-  for (int64_t g = 0; g < groups; ++g)
-    for (int64_t j = 0; j < oc_per; ++j)
-      for (int64_t ic = 0; ic < c_per; ++ic)
-        for (int64_t ky = 0; ky < kh; ++ky)
-          for (int64_t kx = 0; kx < kw; ++kx)
-            wp[((g * kk) + (ic * kh + ky) * kw + kx) * oc_per + j] =
-                wt[(g * oc_per + j) * s4(weight, 0) + ic * s4(weight, 1) + ky * s4(weight, 2) + kx * s4(weight, 3)];
-  constexpr int64_t kTile = 32;
+  const auto wp_packed = packed(weight, {2, groups, kh, kw}, [&] {
+    std::vector<float> wp(static_cast<std::size_t>(groups * kk * oc_per));
+    for (int64_t g = 0; g < groups; ++g)
+      for (int64_t j = 0; j < oc_per; ++j)
+        for (int64_t ic = 0; ic < c_per; ++ic)
+          for (int64_t ky = 0; ky < kh; ++ky)
+            for (int64_t kx = 0; kx < kw; ++kx)
+              wp[((g * kk) + (ic * kh + ky) * kw + kx) * oc_per + j] =
+                  wt[(g * oc_per + j) * s4(weight, 0) + ic * s4(weight, 1) + ky * s4(weight, 2) + kx * s4(weight, 3)];
+    return wp;
+  });
+  const std::vector<float>& wp = *wp_packed;
+  constexpr int64_t kTile = 32, kColumnBlock = 64;  // 32 x 64 accumulators: 8 KB, in L1
   const int64_t tiles = (pixels + kTile - 1) / kTile;
 #pragma omp parallel for collapse(3) schedule(static)
   for (int64_t in = 0; in < n; ++in)
     for (int64_t g = 0; g < groups; ++g)
       for (int64_t t = 0; t < tiles; ++t) {
         const int64_t p0 = t * kTile, p1 = std::min(pixels, p0 + kTile);
-        std::vector<float> col(static_cast<std::size_t>(kTile * kk)), acc(static_cast<std::size_t>(kTile * oc_per));
+        std::vector<float> col(static_cast<std::size_t>(kTile * kk)), acc(static_cast<std::size_t>(kTile * kColumnBlock));
         for (int64_t p = p0; p < p1; ++p) {
           const int64_t oy = p / ow, ox = p % ow;
           float* cp = col.data() + (p - p0) * kk;
@@ -256,18 +317,20 @@ std::unique_ptr<ShimTensor> convolution(const ShimTensor& input, const ShimTenso
               }
             }
         }
+        // a block of output channels at a time for the whole tile: each weight row is read once per tile
         const float* wg = wp.data() + g * kk * oc_per;
-        for (int64_t p = p0; p < p1; ++p) {
-          float* a = acc.data() + (p - p0) * oc_per;
-          std::copy(b.begin() + g * oc_per, b.begin() + (g + 1) * oc_per, a);
-          const float* cp = col.data() + (p - p0) * kk;
-          for (int64_t k = 0; k < kk; ++k) {
-            const float v = cp[k];
-            const float* wr = wg + k * oc_per;
-            for (int64_t j = 0; j < oc_per; ++j) a[j] += v * wr[j];
+        const int64_t rows = p1 - p0;
+        for (int64_t j0 = 0; j0 < oc_per; j0 += kColumnBlock) {
+          const int64_t nj = std::min(kColumnBlock, oc_per - j0);
+          for (int64_t r = 0; r < rows; ++r)
+            std::copy(b.begin() + g * oc_per + j0, b.begin() + g * oc_per + j0 + nj, acc.data() + r * kColumnBlock);
+          tile_product(col.data(), kk, wg + j0, oc_per, acc.data(), kColumnBlock, rows, nj);
+          for (int64_t r = 0; r < rows; ++r) {
+            const int64_t px = p0 + r;
+            float* yp = y + in * ys[0] + (g * oc_per + j0) * ys[1] + (px / ow) * ys[2] + (px % ow) * ys[3];
+            const float* a = acc.data() + r * kColumnBlock;
+            for (int64_t j = 0; j < nj; ++j) yp[j * ys[1]] = a[j];
           }
-          float* yp = y + in * ys[0] + (g * oc_per) * ys[1] + (p / ow) * ys[2] + (p % ow) * ys[3];
-          for (int64_t j = 0; j < oc_per; ++j) yp[j * ys[1]] = a[j];
         }
       }
   return out;

@@ -161,8 +161,11 @@ AOTITorchError pt2rt_lite_aoti_torch_create_tensor_from_blob_v2(void* data, int6
     set_last_error("create_tensor_from_blob_v2: layout " + std::to_string(layout) + " (lite has strided tensors only)");
     return kShimFailure;
   }
-  return pt2rt_lite_aoti_torch_create_tensor_from_blob(data, ndim, sizes, strides, storage_offset, dtype, device_type,
-                                                       device_index, ret);
+  // the model library makes its constants with this function (and its inputs' wrappers with the other)
+  const AOTITorchError status = pt2rt_lite_aoti_torch_create_tensor_from_blob(data, ndim, sizes, strides, storage_offset,
+                                                                              dtype, device_type, device_index, ret);
+  if (status == kShimSuccess) as_tensor(*ret)->storage->constant = true;
+  return status;
 }
 AOTITorchError pt2rt_lite_aoti_torch_clone(AtenTensorHandle self, AtenTensorHandle* ret) {
   return guarded("clone", [&] {

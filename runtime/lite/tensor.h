@@ -4,6 +4,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,7 +28,12 @@ std::size_t element_size(int32_t dtype);
 struct Storage {
   void* data = nullptr;
   std::size_t nbytes = 0;
-  bool owned = false;  // false: a blob someone else frees (constants, caller's inputs)
+  bool owned = false;     // false: a blob someone else frees (constants, caller's inputs)
+  bool constant = false;  // one of the model's constants (create_tensor_from_blob_v2): fixed for the model's life
+  // Kernels' packed forms of a constant (weights rearranged for a convolution), by what they were packed for:
+  // made once, freed with the constant.
+  std::mutex pack_mutex;
+  std::map<std::vector<int64_t>, std::shared_ptr<const std::vector<float>>> packs;
   ~Storage();
 };
 
