@@ -45,49 +45,106 @@ float dot(const float* a, const float* b, int64_t k) {
   return r;
 }
 
-constexpr int64_t kParallelWork = int64_t{1} << 15;  // multiply-adds below which a product stays on one thread
+// acc[r][j] += sum_k a[r][k] w[k][j] for r < rows, k < kk, j < cols (rows a_ld, w_ld, acc_ld apart): 4 rows by
+// 8 columns at a time in registers, the rest one row and column at a time.
+void tile_product(const float* a, int64_t a_ld, int64_t kk, const float* w, int64_t w_ld, float* acc, int64_t acc_ld,
+                  int64_t rows, int64_t cols) {
+  const int64_t r4 = rows / 4 * 4, c8 = cols / 8 * 8;
+  for (int64_t r = 0; r < r4; r += 4)
+    for (int64_t j = 0; j < c8; j += 8) {
+      v4 c[4][2];
+      for (int i = 0; i < 4; ++i) {
+        c[i][0] = load4(acc + (r + i) * acc_ld + j);
+        c[i][1] = load4(acc + (r + i) * acc_ld + j + 4);
+      }
+      const float* a0 = a + r * a_ld;
+      for (int64_t k = 0; k < kk; ++k) {
+        const v4 w0 = load4(w + k * w_ld + j), w1 = load4(w + k * w_ld + j + 4);
+        for (int i = 0; i < 4; ++i) {
+          const v4 x = v4{} + a0[i * a_ld + k];
+          c[i][0] += x * w0;
+          c[i][1] += x * w1;
+        }
+      }
+      for (int i = 0; i < 4; ++i) {
+        std::memcpy(acc + (r + i) * acc_ld + j, &c[i][0], sizeof(v4));
+        std::memcpy(acc + (r + i) * acc_ld + j + 4, &c[i][1], sizeof(v4));
+      }
+    }
+  // the rows and columns the blocks left
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t from = r < r4 ? c8 : 0;
+    if (from == cols) continue;
+    float* row = acc + r * acc_ld;
+    for (int64_t k = 0; k < kk; ++k) {
+      const float x = a[r * a_ld + k];
+      const float* wk = w + k * w_ld;
+      for (int64_t j = from; j < cols; ++j) row[j] += x * wk[j];
+    }
+  }
+}
 
-// c[i, j] (= or +=) alpha sum_k a[i, k] b[k, j] over strided float32 matrices; c's rows contiguous.
-void gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t a_cs, const float* b,
-          int64_t b_rs, int64_t b_cs, float* c, int64_t c_rs, float alpha, bool accumulate) {
-  const bool parallel = m * n * k >= kParallelWork;
-  if (a_cs == 1 && b_rs == 1) {
-    // rows of a and columns of b contiguous (a linear layer: b is its weight transposed): dot products
-#pragma omp parallel for collapse(2) schedule(static) if (parallel)
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) {
-        const float v = alpha * dot(a + i * a_rs, b + j * b_cs, k);
-        float& out = c[i * c_rs + j];
-        out = accumulate ? out + v : v;
-      }
-    return;
-  }
-  // else b as contiguous rows, so the inner loop runs along a row of b and of c
-  std::vector<float> packed;
-  if (b_cs != 1) {
-    packed.resize(static_cast<std::size_t>(k * n));
-    for (int64_t p = 0; p < k; ++p)
-      for (int64_t j = 0; j < n; ++j) packed[p * n + j] = b[p * b_rs + j * b_cs];
-    b = packed.data();
-    b_rs = n;
-  }
-  constexpr int64_t kCols = 256;
-  const int64_t blocks = (n + kCols - 1) / kCols;
-#pragma omp parallel for collapse(2) schedule(static) if (parallel)
-  for (int64_t i = 0; i < m; ++i)
+// `w` rearranged by pack() for a kernel: once per constant (kept on its storage, keyed by `kind` and the view),
+// per call for anything else.
+template <class Pack>
+std::shared_ptr<const std::vector<float>> packed(const ShimTensor& w, std::vector<int64_t> kind, Pack pack) {
+  if (!w.storage->constant) return std::make_shared<const std::vector<float>>(pack());
+  kind.push_back(w.offset);
+  kind.insert(kind.end(), w.sizes.begin(), w.sizes.end());
+  kind.insert(kind.end(), w.strides.begin(), w.strides.end());
+  std::lock_guard<std::mutex> lock(w.storage->pack_mutex);
+  auto& slot = w.storage->packs[kind];
+  if (!slot) slot = std::make_shared<const std::vector<float>>(pack());
+  return slot;
+}
+
+constexpr int64_t kParallelWork = int64_t{1} << 15;  // multiply-adds below which a product stays on one thread
+constexpr int64_t kTile = 32, kColumnBlock = 64;     // 32 x 64 accumulators: 8 KB, in L1
+
+// c[i, j] = (accumulate ? c[i, j] : 0) + alpha sum_k a[i, k] b[k, j] over strided float32 matrices; c's rows
+// contiguous. b in column panels (packed once where it is a constant: a linear layer's weight), a tile of a's rows
+// and a panel at a time.
+void gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t a_cs, const ShimTensor& b_tensor,
+          float* c, int64_t c_rs, float alpha, bool accumulate) {
+  // b in panels of kColumnBlock columns, each [k][kColumnBlock] contiguous (zeros past n)
+  const int64_t blocks = (n + kColumnBlock - 1) / kColumnBlock;
+  const auto b_panels = packed(b_tensor, {3}, [&] {
+    const float* b = static_cast<const float*>(b_tensor.data());
+    const int64_t b_rs = b_tensor.strides[0], b_cs = b_tensor.strides[1];
+    std::vector<float> out(static_cast<std::size_t>(blocks * k * kColumnBlock), 0.0f);
+    for (int64_t blk = 0; blk < blocks; ++blk)
+      for (int64_t p = 0; p < k; ++p)
+        for (int64_t j = blk * kColumnBlock; j < std::min(n, (blk + 1) * kColumnBlock); ++j)
+          out[(blk * k + p) * kColumnBlock + j - blk * kColumnBlock] = b[p * b_rs + j * b_cs];
+    return out;
+  });
+  const float* panels = b_panels->data();
+  const int64_t tiles = (m + kTile - 1) / kTile;
+#pragma omp parallel for collapse(2) schedule(static) if (m * n * k >= kParallelWork)
+  for (int64_t t = 0; t < tiles; ++t)
     for (int64_t blk = 0; blk < blocks; ++blk) {
-      const int64_t j0 = blk * kCols, cols = std::min(kCols, n - j0);
-      float row[kCols] = {};
-      for (int64_t p = 0; p < k; ++p) {
-        const float x = a[i * a_rs + p * a_cs];
-        const float* bp = b + p * b_rs + j0;
-        for (int64_t j = 0; j < cols; ++j) row[j] += x * bp[j];
+      const int64_t i0 = t * kTile, rows = std::min(kTile, m - i0);
+      const int64_t j0 = blk * kColumnBlock, cols = std::min(kColumnBlock, n - j0);
+      float acc[kTile * kColumnBlock] = {};
+      const float* at = a + i0 * a_rs;
+      int64_t a_ld = a_rs;
+      std::vector<float> gathered;
+      if (a_cs != 1) {  // a's rows gathered contiguous
+        gathered.resize(static_cast<std::size_t>(rows * k));
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t p = 0; p < k; ++p) gathered[r * k + p] = at[r * a_rs + p * a_cs];
+        at = gathered.data();
+        a_ld = k;
       }
-      float* ci = c + i * c_rs + j0;
-      if (accumulate)
-        for (int64_t j = 0; j < cols; ++j) ci[j] += alpha * row[j];
-      else
-        for (int64_t j = 0; j < cols; ++j) ci[j] = alpha * row[j];
+      tile_product(at, a_ld, k, panels + blk * k * kColumnBlock, kColumnBlock, acc, kColumnBlock, rows, cols);
+      for (int64_t r = 0; r < rows; ++r) {
+        float* ci = c + (i0 + r) * c_rs + j0;
+        const float* ar = acc + r * kColumnBlock;
+        if (accumulate)
+          for (int64_t j = 0; j < cols; ++j) ci[j] += alpha * ar[j];
+        else
+          for (int64_t j = 0; j < cols; ++j) ci[j] = alpha * ar[j];
+      }
     }
 }
 
@@ -119,61 +176,8 @@ void addmm(ShimTensor& out, const ShimTensor* self, const ShimTensor& mat1, cons
       for (int64_t j = 0; j < n; ++j) c[i * c_rs + j] = beta * s[i * s_rs + j * s_cs];
     accumulate = true;
   }
-  gemm(m, n, k, static_cast<const float*>(mat1.data()), mat1.strides[0], mat1.strides[1],
-       static_cast<const float*>(mat2.data()), mat2.strides[0], mat2.strides[1], c, c_rs, alpha, accumulate);
-}
-
-// acc[r][j] += sum_k a[r][k] w[k][j] for r < rows, j < cols (a's rows kk apart, w's and acc's ld apart): 4 rows by
-// 8 columns at a time in registers, the rest one row and column at a time.
-void tile_product(const float* a, int64_t kk, const float* w, int64_t w_ld, float* acc, int64_t acc_ld, int64_t rows,
-                  int64_t cols) {
-  const int64_t r4 = rows / 4 * 4, c8 = cols / 8 * 8;
-  for (int64_t r = 0; r < r4; r += 4)
-    for (int64_t j = 0; j < c8; j += 8) {
-      v4 c[4][2];
-      for (int i = 0; i < 4; ++i) {
-        c[i][0] = load4(acc + (r + i) * acc_ld + j);
-        c[i][1] = load4(acc + (r + i) * acc_ld + j + 4);
-      }
-      const float* a0 = a + r * kk;
-      for (int64_t k = 0; k < kk; ++k) {
-        const v4 w0 = load4(w + k * w_ld + j), w1 = load4(w + k * w_ld + j + 4);
-        for (int i = 0; i < 4; ++i) {
-          const v4 x = v4{} + a0[i * kk + k];
-          c[i][0] += x * w0;
-          c[i][1] += x * w1;
-        }
-      }
-      for (int i = 0; i < 4; ++i) {
-        std::memcpy(acc + (r + i) * acc_ld + j, &c[i][0], sizeof(v4));
-        std::memcpy(acc + (r + i) * acc_ld + j + 4, &c[i][1], sizeof(v4));
-      }
-    }
-  // the rows and columns the blocks left
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t from = r < r4 ? c8 : 0;
-    if (from == cols) continue;
-    float* row = acc + r * acc_ld;
-    for (int64_t k = 0; k < kk; ++k) {
-      const float x = a[r * kk + k];
-      const float* wk = w + k * w_ld;
-      for (int64_t j = from; j < cols; ++j) row[j] += x * wk[j];
-    }
-  }
-}
-
-// `w` rearranged by pack() for a kernel: once per constant (kept on its storage, keyed by `kind` and the view),
-// per call for anything else.
-template <class Pack>
-std::shared_ptr<const std::vector<float>> packed(const ShimTensor& w, std::vector<int64_t> kind, Pack pack) {
-  if (!w.storage->constant) return std::make_shared<const std::vector<float>>(pack());
-  kind.push_back(w.offset);
-  kind.insert(kind.end(), w.sizes.begin(), w.sizes.end());
-  kind.insert(kind.end(), w.strides.begin(), w.strides.end());
-  std::lock_guard<std::mutex> lock(w.storage->pack_mutex);
-  auto& slot = w.storage->packs[kind];
-  if (!slot) slot = std::make_shared<const std::vector<float>>(pack());
-  return slot;
+  gemm(m, n, k, static_cast<const float*>(mat1.data()), mat1.strides[0], mat1.strides[1], mat2, c, c_rs, alpha,
+       accumulate);
 }
 
 bool is_channels_last_2d(const ShimTensor& t) {
@@ -295,7 +299,6 @@ std::unique_ptr<ShimTensor> convolution(const ShimTensor& input, const ShimTenso
     return wp;
   });
   const std::vector<float>& wp = *wp_packed;
-  constexpr int64_t kTile = 32, kColumnBlock = 64;  // 32 x 64 accumulators: 8 KB, in L1
   const int64_t tiles = (pixels + kTile - 1) / kTile;
 #pragma omp parallel for collapse(3) schedule(static)
   for (int64_t in = 0; in < n; ++in)
@@ -324,7 +327,7 @@ std::unique_ptr<ShimTensor> convolution(const ShimTensor& input, const ShimTenso
           const int64_t nj = std::min(kColumnBlock, oc_per - j0);
           for (int64_t r = 0; r < rows; ++r)
             std::copy(b.begin() + g * oc_per + j0, b.begin() + g * oc_per + j0 + nj, acc.data() + r * kColumnBlock);
-          tile_product(col.data(), kk, wg + j0, oc_per, acc.data(), kColumnBlock, rows, nj);
+          tile_product(col.data(), kk, kk, wg + j0, oc_per, acc.data(), kColumnBlock, rows, nj);
           for (int64_t r = 0; r < rows; ++r) {
             const int64_t px = p0 + r;
             float* yp = y + in * ys[0] + (g * oc_per + j0) * ys[1] + (px / ow) * ys[2] + (px % ow) * ys[3];
