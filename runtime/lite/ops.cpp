@@ -3,6 +3,7 @@
 // generated code indexes by.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -46,34 +47,34 @@ float dot(const float* a, const float* b, int64_t k) {
 }
 
 // acc[r][j] += sum_k a[r][k] w[k][j] for r < rows, k < kk, j < cols (rows a_ld, w_ld, acc_ld apart): 4 rows by
-// 8 columns at a time in registers, the rest one row and column at a time.
-void tile_product(const float* a, int64_t a_ld, int64_t kk, const float* w, int64_t w_ld, float* acc, int64_t acc_ld,
-                  int64_t rows, int64_t cols) {
-  const int64_t r4 = rows / 4 * 4, c8 = cols / 8 * 8;
+// NV vectors of L lanes at a time in registers, the rest one row and column at a time. Inlined into one function
+// per instruction set (below), which chooses its vectors' width.
+template <int L, int NV>
+[[gnu::always_inline]] inline void tile_product_impl(const float* a, int64_t a_ld, int64_t kk, const float* w,
+                                                      int64_t w_ld, float* acc, int64_t acc_ld, int64_t rows,
+                                                      int64_t cols) {
+  typedef float vf __attribute__((vector_size(L * sizeof(float))));
+  constexpr int64_t kWidth = L * NV;
+  const int64_t r4 = rows / 4 * 4, cw = cols / kWidth * kWidth;
   for (int64_t r = 0; r < r4; r += 4)
-    for (int64_t j = 0; j < c8; j += 8) {
-      v4 c[4][2];
-      for (int i = 0; i < 4; ++i) {
-        c[i][0] = load4(acc + (r + i) * acc_ld + j);
-        c[i][1] = load4(acc + (r + i) * acc_ld + j + 4);
-      }
+    for (int64_t j = 0; j < cw; j += kWidth) {
+      vf c[4][NV];
+      for (int i = 0; i < 4; ++i)
+        for (int v = 0; v < NV; ++v) std::memcpy(&c[i][v], acc + (r + i) * acc_ld + j + v * L, sizeof(vf));
       const float* a0 = a + r * a_ld;
       for (int64_t k = 0; k < kk; ++k) {
-        const v4 w0 = load4(w + k * w_ld + j), w1 = load4(w + k * w_ld + j + 4);
+        vf wv[NV];
+        for (int v = 0; v < NV; ++v) std::memcpy(&wv[v], w + k * w_ld + j + v * L, sizeof(vf));
         for (int i = 0; i < 4; ++i) {
-          const v4 x = v4{} + a0[i * a_ld + k];
-          c[i][0] += x * w0;
-          c[i][1] += x * w1;
+          const vf x = vf{} + a0[i * a_ld + k];
+          for (int v = 0; v < NV; ++v) c[i][v] += x * wv[v];
         }
       }
-      for (int i = 0; i < 4; ++i) {
-        std::memcpy(acc + (r + i) * acc_ld + j, &c[i][0], sizeof(v4));
-        std::memcpy(acc + (r + i) * acc_ld + j + 4, &c[i][1], sizeof(v4));
-      }
+      for (int i = 0; i < 4; ++i)
+        for (int v = 0; v < NV; ++v) std::memcpy(acc + (r + i) * acc_ld + j + v * L, &c[i][v], sizeof(vf));
     }
-  // the rows and columns the blocks left
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t from = r < r4 ? c8 : 0;
+    const int64_t from = r < r4 ? cw : 0;
     if (from == cols) continue;
     float* row = acc + r * acc_ld;
     for (int64_t k = 0; k < kk; ++k) {
@@ -82,6 +83,48 @@ void tile_product(const float* a, int64_t a_ld, int64_t kk, const float* w, int6
       for (int64_t j = from; j < cols; ++j) row[j] += x * wk[j];
     }
   }
+}
+
+using TileProduct = void (*)(const float*, int64_t, int64_t, const float*, int64_t, float*, int64_t, int64_t, int64_t);
+
+void tile_product_baseline(const float* a, int64_t a_ld, int64_t kk, const float* w, int64_t w_ld, float* acc,
+                           int64_t acc_ld, int64_t rows, int64_t cols) {
+  tile_product_impl<4, 2>(a, a_ld, kk, w, w_ld, acc, acc_ld, rows, cols);  // SSE2, NEON: 8 of 16 registers
+}
+
+#if defined(__x86_64__)
+[[gnu::target("avx2,fma")]] void tile_product_avx2(const float* a, int64_t a_ld, int64_t kk, const float* w,
+                                                   int64_t w_ld, float* acc, int64_t acc_ld, int64_t rows,
+                                                   int64_t cols) {
+  tile_product_impl<8, 2>(a, a_ld, kk, w, w_ld, acc, acc_ld, rows, cols);  // 8 of 16 registers
+}
+
+[[gnu::target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")]] void tile_product_avx512(
+    const float* a, int64_t a_ld, int64_t kk, const float* w, int64_t w_ld, float* acc, int64_t acc_ld, int64_t rows,
+    int64_t cols) {
+  tile_product_impl<16, 4>(a, a_ld, kk, w, w_ld, acc, acc_ld, rows, cols);  // 16 of 32 registers
+}
+#endif
+
+// The widest this CPU runs; $PT2RT_LITE_KERNELS (baseline, avx2, avx512) narrows it, for tests of each path.
+TileProduct pick_tile_product() {
+  const char* want = std::getenv("PT2RT_LITE_KERNELS");
+  const std::string asked = want ? want : "";
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+                      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw");
+  if (avx512 && (asked.empty() || asked == "avx512")) return tile_product_avx512;
+  if (avx2 && (asked.empty() || asked == "avx512" || asked == "avx2")) return tile_product_avx2;
+#endif
+  return tile_product_baseline;
+}
+
+void tile_product(const float* a, int64_t a_ld, int64_t kk, const float* w, int64_t w_ld, float* acc, int64_t acc_ld,
+                  int64_t rows, int64_t cols) {
+  static const TileProduct chosen = pick_tile_product();
+  chosen(a, a_ld, kk, w, w_ld, acc, acc_ld, rows, cols);
 }
 
 // `w` rearranged by pack() for a kernel: once per constant (kept on its storage, keyed by `kind` and the view),

@@ -28,24 +28,24 @@ class Tagger(torch.nn.Module):
         self.stem = torch.nn.Conv2d(3, 16, 3, stride=2, padding=1)
         self.depthwise = torch.nn.Conv2d(16, 16, 3, padding=2, dilation=2, groups=16)
         self.grouped = torch.nn.Conv2d(16, 24, 3, groups=4, bias=False)
-        self.conv1d = torch.nn.Conv1d(24, 32, 5, padding=2)
-        self.norm = torch.nn.LayerNorm(32)
-        self.proj = torch.nn.Linear(32, 32)
-        self.head = torch.nn.Linear(32, 5)
+        self.conv1d = torch.nn.Conv1d(24, 64, 5, padding=2)  # 64 channels: every kernel width's full blocks
+        self.norm = torch.nn.LayerNorm(64)
+        self.proj = torch.nn.Linear(64, 64)
+        self.head = torch.nn.Linear(64, 5)
 
     def forward(self, x):
         y = torch.relu(self.stem(x))
         y = torch.nn.functional.gelu(self.depthwise(y)) + y
         y = self.grouped(y).flatten(2)                       # [n, 24, h*w]
-        y = self.conv1d(y).transpose(1, 2)                   # [n, h*w, 32]
+        y = self.conv1d(y).transpose(1, 2)                   # [n, h*w, 64]
         y = self.norm(y)
         n, p, _ = y.shape
-        attn = torch.softmax(y @ self.proj(y).transpose(1, 2) / 32 ** 0.5, dim=-1)
-        heads = self.proj(y).view(n, p, 4, 8).transpose(1, 2)            # [n, 4, p, 8]
+        attn = torch.softmax(y @ self.proj(y).transpose(1, 2) / 64 ** 0.5, dim=-1)
+        heads = self.proj(y).view(n, p, 8, 8).transpose(1, 2)            # [n, 8, p, 8]
         causal = torch.nn.functional.scaled_dot_product_attention(heads, heads, heads, is_causal=True)
         bias = torch.linspace(-1, 1, p * p).view(p, p)
         masked = torch.nn.functional.scaled_dot_product_attention(heads, heads.flip(2), heads, attn_mask=bias)
-        z = (causal + masked).transpose(1, 2).reshape(n, p, 32)
+        z = (causal + masked).transpose(1, 2).reshape(n, p, 64)
         return self.head(attn @ y + z).mean(1), y.amax(1)
 
 
@@ -400,3 +400,30 @@ def test_make_lite_bundle_runs_the_package_from_pt2run_and_from_a_cmake_program(
         run = subprocess.run([str(build / exe), str(path)], capture_output=True, text=True)
         assert run.returncode == 0, (exe, run.stderr)
         assert "lite 1, variant pt2rt/lite/native.so, 4 cases, passed 1" in run.stdout
+
+
+def _cpu_flags() -> set[str]:
+    text = Path("/proc/cpuinfo").read_text()
+    return set(re.search(r"^flags\s*:(.*)$", text, re.M).group(1).split())
+
+
+@pytest.mark.parametrize("kernels", ["baseline", "avx2", "avx512"])
+def test_each_kernel_instruction_set_verifies_and_matches_eager(package, tmp_path, kernels):
+    """The products run in the widest vectors the CPU has; PT2RT_LITE_KERNELS narrows that, so each path is run."""
+    needs = {"baseline": set(), "avx2": {"avx2", "fma"}, "avx512": {"avx512f", "avx512vl", "avx512dq", "avx512bw"}}
+    lacking = needs[kernels] - _cpu_flags()
+    if lacking:
+        pytest.skip(f"this CPU lacks {', '.join(sorted(lacking))} for the {kernels} kernels")
+    path, model = package
+    env = dict(__import__("os").environ, PT2RT_LITE_KERNELS=kernels)
+    result = subprocess.run([str(_pt2run_lite()), "verify", str(path)], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    x = torch.randn(4, 3, 20, 20)
+    torch.save(x, tmp_path / "x.pt")
+    result = subprocess.run([str(_pt2run_lite()), "run", str(path), "--input", str(tmp_path / "x.pt"), "--output",
+                             str(tmp_path / "y.pt")], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    with torch.no_grad():
+        expected = model(x)
+    for a, e in zip(torch.load(tmp_path / "y.pt"), expected):
+        torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-4)
