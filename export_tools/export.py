@@ -146,7 +146,7 @@ def _export_checked(model, inputs, path, device, dims, golden, metadata, toleran
             ep = recurrent.fuse(ep)
         used = _custom_calls(ep)
         if lite:
-            _lite.refuse_unrunnable(used)
+            _lite.refuse_unrunnable(used, ep)
             foreign = [n for n in variant_names if (cpu.arch_of(n) or cpu.host_arch()) != cpu.host_arch()]
             if foreign:
                 raise _lite.LiteError(f"lite variants are built for this machine's arch ({cpu.host_arch()}) only so "

@@ -61,8 +61,12 @@ class Library:
     needed: tuple[str, ...]     # its DT_NEEDED libraries
 
 
-def refuse_unrunnable(custom: dict[str, Any]) -> None:
-    """Refuses, by name, what lite cannot run at all: TorchBind classes and custom ops (export's _custom_calls)."""
+def refuse_unrunnable(custom: dict[str, Any], ep=None) -> None:
+    """Refuses, by name, what lite cannot run at all: TorchBind classes and custom ops (export's _custom_calls), and
+    buffers the model changes as it runs (lite keeps each constant's packed form for the model's life)."""
+    mutated = _mutated_state(ep) if ep is not None else []
+    if mutated:
+        raise LiteError(f"lite cannot run a model that changes its buffers as it runs: it changes {mutated[0]}")
     if custom["classes"]:
         name = next(iter(custom["classes"]))
         raise LiteError(f"lite cannot run TorchBind objects: the model uses {name} (lite has no class registry); "
@@ -71,6 +75,24 @@ def refuse_unrunnable(custom: dict[str, Any]) -> None:
         name = next(iter(custom["ops"].values()))._schema.name  # "ns::op"
         raise LiteError(f"lite has no kernel for the custom op {name}: lite runs aten ops only so far; export "
                         f"without lite")
+
+
+def _mutated_state(ep) -> list[str]:
+    """The buffers and parameters the graph writes: the signature's (after functionalization) and those an in-place
+    op's written argument is (export keeps `buf.add_(1)` as it is)."""
+    import torch
+
+    names = set(ep.graph_signature.buffers_to_mutate.values())
+    kinds = (torch.export.graph_signature.InputKind.BUFFER, torch.export.graph_signature.InputKind.PARAMETER)
+    state = {spec.arg.name: spec.target for spec in ep.graph_signature.input_specs if spec.kind in kinds}
+    for node in ep.graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        for arg, value in zip(node.target._schema.arguments, node.args):
+            written = arg.alias_info is not None and arg.alias_info.is_write
+            if written and isinstance(value, torch.fx.Node) and value.name in state:
+                names.add(state[value.name])
+    return sorted(names)
 
 
 def rename_header(torch_include: Path) -> str:
@@ -112,18 +134,22 @@ def build_library(records: dict[str, bytes], torch_include: Path, cxx: str = "g+
              "compiling the lite model library", work)
         stripped = work / "stripped.so"
         _run([_tool("objcopy"), "--strip-debug", str(library), str(stripped)], "stripping the lite library", work)
-        undefined = _nm(stripped, "--undefined-only")
+        undefined = _undefined(stripped)
         needed = _needed(stripped)
         data = stripped.read_bytes()
-    shim = sorted(n[len(PREFIX):] for n in undefined if n.startswith(PREFIX))
+    shim = sorted(name[len(PREFIX):] for name, _ in undefined if name.startswith(PREFIX))
     missing = [n for n in shim if n not in SHIM_FUNCTIONS]
     if missing:
         raise LiteError(f"lite has no kernel for {_op_name(missing[0])} (the model library calls {missing[0]}"
                         + (f" and {len(missing) - 1} more lite lacks" if len(missing) > 1 else "")
                         + "); export without lite")
-    stray = [n for n in undefined if n.startswith("aoti_torch_") or n.startswith("_ZN") and "torch" in n]
+    # everything else it calls must come from the system's libraries (their names carry a version: GLIBC_,
+    # GLIBCXX_, GOMP_, ...) or Sleef; an unversioned name is libtorch's or another library's
+    stray = [name for name, versioned in undefined
+             if not versioned and not name.startswith((PREFIX, "Sleef_"))]
     if stray:
-        raise LiteError(f"the lite model library still calls libtorch's {stray[0]}")
+        raise LiteError(f"the lite model library calls {stray[0]}, which neither the lite runtime nor the system's "
+                        f"libraries provide (libtorch's?)")
     foreign = [n for n in needed if n not in LIBRARIES]
     if foreign:
         raise LiteError(f"the lite model library needs {foreign[0]}, which the lite runtime does not ship")
@@ -173,9 +199,19 @@ def _run(cmd: list[str], what: str, cwd: Path) -> None:
         raise LiteError(f"{what} failed: {lines[0].strip()}")
 
 
-def _nm(library: Path, which: str) -> list[str]:
-    out = subprocess.run([_tool("nm"), "-D", which, str(library)], capture_output=True, text=True, check=True).stdout
-    return [line.split()[-1].split("@")[0] for line in out.splitlines() if line.strip()]
+def _undefined(library: Path) -> list[tuple[str, bool]]:
+    """(name, whether it names a symbol version) of each undefined dynamic symbol the library needs; weak ones
+    (which may stay unresolved) are left out."""
+    out = subprocess.run([_tool("nm"), "-D", "--undefined-only", str(library)], capture_output=True, text=True,
+                         check=True).stdout
+    found = []
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) < 2 or parts[-2] in ("w", "v"):
+            continue
+        name, _, version = parts[-1].partition("@")
+        found.append((name, bool(version)))
+    return found
 
 
 def _needed(library: Path) -> list[str]:

@@ -223,19 +223,6 @@ void addmm(ShimTensor& out, const ShimTensor* self, const ShimTensor& mat1, cons
        accumulate);
 }
 
-bool is_channels_last_2d(const ShimTensor& t) {
-  // ATen's rule (is_channels_last_strides_2d_s4), ambiguous cases falling back to contiguous
-  if (t.dim() != 4 || t.strides[1] == 0) return false;
-  int64_t min = 0;
-  for (int d : {1, 3, 2, 0}) {
-    if (t.sizes[d] == 0 || t.strides[d] < min) return false;
-    if (d == 0 && min == t.strides[1]) return false;
-    min = t.strides[d];
-    if (t.sizes[d] > 1) min *= t.sizes[d];
-  }
-  return true;
-}
-
 std::unique_ptr<ShimTensor> convolution(const ShimTensor& input, const ShimTensor& weight, const ShimTensor* bias,
                                     const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
                                     const std::vector<int64_t>& dilation, int64_t groups) {
@@ -259,6 +246,8 @@ std::unique_ptr<ShimTensor> convolution(const ShimTensor& input, const ShimTenso
   const int64_t dh = at(dilation, 0, 1), dw = at(dilation, 1, 1);
   if (groups < 1 || c_in != c_per * groups || c_out % groups != 0)
     throw std::invalid_argument("convolution: channels do not agree with groups");
+  if (h + 2 * ph < dh * (kh - 1) + 1 || w + 2 * pw < dw * (kw - 1) + 1)
+    throw std::invalid_argument("convolution: the kernel is larger than the padded input");
   const int64_t oh = (h + 2 * ph - dh * (kh - 1) - 1) / sh + 1;
   const int64_t ow = (w + 2 * pw - dw * (kw - 1) - 1) / sw + 1;
   if (oh < 1 || ow < 1) throw std::invalid_argument("convolution: the kernel is larger than the padded input");

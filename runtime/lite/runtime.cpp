@@ -31,7 +31,7 @@ using ContainerHandle = void*;
 using CreateFn = int32_t (*)(ContainerHandle*, size_t, const char*, const char*);
 using DeleteFn = int32_t (*)(ContainerHandle);
 using RunFn = int32_t (*)(ContainerHandle, AtenTensorHandle*, size_t, AtenTensorHandle*, size_t, void*, void*);
-using NumOutputsFn = int32_t (*)(ContainerHandle, size_t*);
+using NumOutputsFn = int32_t (*)(ContainerHandle, size_t*);  // also GetNumInputs
 
 std::atomic<int> g_threads{0};          // set_num_threads; 0: OpenMP's default
 std::atomic<int> g_threads_setting{0};  // counts the settings: a thread applies each once
@@ -131,6 +131,7 @@ void load_opened(Runtime::Impl& impl, const Options& options) {
   impl.destroy = symbol<DeleteFn>(impl.library, "AOTInductorModelContainerDelete", path);
   impl.run = symbol<RunFn>(impl.library, "AOTInductorModelContainerRun", path);
   const auto num_outputs = symbol<NumOutputsFn>(impl.library, "AOTInductorModelContainerGetNumOutputs", path);
+  const auto num_inputs = symbol<NumOutputsFn>(impl.library, "AOTInductorModelContainerGetNumInputs", path);
   ContainerHandle container = nullptr;
   if (create(&container, static_cast<size_t>(options.num_runners), "cpu", nullptr) != 0 || container == nullptr) {
     throw Error(ErrorCode::Package, path + ": its lite model did not start: " + pt2rt_lite_shim_last_error());
@@ -139,6 +140,12 @@ void load_opened(Runtime::Impl& impl, const Options& options) {
   if (num_outputs(container, &impl.num_outputs) != 0 || impl.num_outputs != spec.outputs.size()) {
     throw Error(ErrorCode::Package, path + ": its lite model has " + std::to_string(impl.num_outputs) +
                                         " outputs, its spec names " + std::to_string(spec.outputs.size()));
+  }
+  // the container takes its inputs over only when their number is right: checked once here
+  size_t inputs = 0;
+  if (num_inputs(container, &inputs) != 0 || inputs != spec.inputs.size()) {
+    throw Error(ErrorCode::Package, path + ": its lite model has " + std::to_string(inputs) +
+                                        " inputs, its spec names " + std::to_string(spec.inputs.size()));
   }
 }
 
@@ -226,14 +233,24 @@ Runtime Runtime::load_from_memory(const void* bytes, std::size_t size, const Opt
   return Runtime(detail::load_memory<Impl>(bytes, size, options, load_opened));
 }
 
+namespace {
+
+// The checks the full runtime makes before a run: against the spec, then each shape's byte size within int64.
+void check_inputs(const Spec& spec, const std::vector<TensorView>& inputs) {
+  detail::validate_inputs(spec, inputs, /*cuda_available=*/false);
+  for (const auto& v : inputs) detail::check_shape(v, "tensor view");
+}
+
+}  // namespace
+
 std::vector<Tensor> Runtime::run(const std::vector<TensorView>& inputs) const {
-  detail::validate_inputs(impl_->spec, inputs, /*cuda_available=*/false);
+  check_inputs(impl_->spec, inputs);
   return run_model(*impl_, inputs);
 }
 
 void Runtime::run_into(const std::vector<TensorView>& inputs, const std::vector<OutputView>& outputs) const {
   const Spec& spec = impl_->spec;
-  detail::validate_inputs(spec, inputs, /*cuda_available=*/false);
+  check_inputs(spec, inputs);
   detail::check_output_views(spec, inputs, outputs);
   const std::vector<Tensor> outs = run_model(*impl_, inputs);
   for (size_t i = 0; i < outs.size(); ++i) {
@@ -265,7 +282,7 @@ Golden golden_of(const Runtime::Impl& impl) {
   const std::string what = impl.package_path + ": its golden cases are damaged";
   lite::ValuePtr v;
   try {
-    v = lite::load(bytes.data(), bytes.size(), std::numeric_limits<std::size_t>::max());
+    v = lite::load(bytes.data(), bytes.size(), static_cast<std::size_t>(impl.limits.max_record_bytes));
   } catch (const std::exception& e) {
     throw Error(ErrorCode::Package, what + " (" + e.what() + ")");
   }
@@ -285,7 +302,7 @@ Golden golden_of(const Runtime::Impl& impl) {
       out.emplace_back();
       for (const auto& t : c->items) {
         if (t->kind != lite::Value::Kind::Tensor) throw Error(ErrorCode::Package, what + " (a case holds a non-tensor)");
-        out.back().push_back(t->tensor);
+        out.back().push_back(*t->tensor);
       }
     }
   };
@@ -478,7 +495,7 @@ std::vector<Tensor> load_tensors(const std::string& path, std::size_t max_bytes)
   std::vector<Tensor> out;
   auto add = [&](const lite::Value& x) {
     if (x.kind != lite::Value::Kind::Tensor) throw Error(ErrorCode::IO, path + " holds something else than tensors");
-    out.push_back(x.tensor);
+    out.push_back(*x.tensor);
   };
   if (v->kind == lite::Value::Kind::Tensor) {
     add(*v);

@@ -147,7 +147,8 @@ AOTITorchError pt2rt_lite_aoti_torch_create_tensor_from_blob(void* data, int64_t
     t->strides = vec(strides, ndim);
     t->offset = storage_offset;
     int64_t span = 1;
-    for (int64_t d = 0; d < ndim; ++d) span += (t->sizes[d] - 1) * t->strides[d];
+    for (int64_t d = 0; d < ndim; ++d) span = t->sizes[d] == 0 ? 0 : span;
+    for (int64_t d = 0; d < ndim && span > 0; ++d) span += (t->sizes[d] - 1) * t->strides[d];
     t->storage->nbytes = static_cast<std::size_t>((storage_offset + span) * static_cast<int64_t>(element_size(dtype)));
     *ret = as_handle(t.release());
   });
@@ -169,10 +170,9 @@ AOTITorchError pt2rt_lite_aoti_torch_create_tensor_from_blob_v2(void* data, int6
 }
 AOTITorchError pt2rt_lite_aoti_torch_clone(AtenTensorHandle self, AtenTensorHandle* ret) {
   return guarded("clone", [&] {
-    // ATen's clone keeps the memory format: a dense tensor's strides, else contiguous ones
+    // ATen's clone keeps the memory format
     const ShimTensor& src = *as_tensor(self);
-    auto t = empty_strided(src.sizes, src.is_non_overlapping_and_dense() ? src.strides : contiguous_strides(src.sizes),
-                           src.dtype);
+    auto t = empty_strided(src.sizes, suggested_strides(src), src.dtype);
     copy_strided(*t, src);
     *ret = as_handle(t.release());
   });

@@ -1,6 +1,8 @@
 #include "tensor.h"
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <cstdlib>
 #include <new>
 #include <stdexcept>
@@ -54,6 +56,28 @@ bool ShimTensor::is_non_overlapping_and_dense() const {
   return true;
 }
 
+bool is_channels_last_2d(const ShimTensor& t) {
+  // ATen's rule (is_channels_last_strides_2d_s4), ambiguous cases falling back to contiguous
+  if (t.dim() != 4 || t.strides[1] == 0) return false;
+  int64_t min = 0;
+  for (int d : {1, 3, 2, 0}) {
+    if (t.sizes[d] == 0 || t.strides[d] < min) return false;
+    if (d == 0 && min == t.strides[1]) return false;
+    min = t.strides[d];
+    if (t.sizes[d] > 1) min *= t.sizes[d];
+  }
+  return true;
+}
+
+std::vector<int64_t> suggested_strides(const ShimTensor& t) {
+  if (t.is_non_overlapping_and_dense()) return t.strides;
+  if (is_channels_last_2d(t)) {
+    const auto& z = t.sizes;
+    return {z[1] * z[2] * z[3], 1, z[3] * z[1], z[1]};
+  }
+  return contiguous_strides(t.sizes);
+}
+
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes) {
   std::vector<int64_t> strides(sizes.size());
   int64_t s = 1;
@@ -68,14 +92,25 @@ std::unique_ptr<ShimTensor> empty_strided(const std::vector<int64_t>& sizes, con
                                       int32_t dtype) {
   std::size_t item = element_size(dtype);
   if (item == 0) throw std::invalid_argument("dtype code " + std::to_string(dtype) + " is not one lite runs");
-  // the storage spans the furthest element the strides reach (as ATen's empty_strided sizes it)
+  // the storage spans the furthest element the strides reach (as ATen's empty_strided sizes it); a size past
+  // int64 bytes is refused as ATen refuses it
   int64_t span = 1;
+  bool overflow = false;
   for (std::size_t d = 0; d < sizes.size(); ++d) {
-    if (sizes[d] == 0) { span = 0; break; }
-    span += (sizes[d] - 1) * strides[d];
+    if (sizes[d] < 0 || strides[d] < 0) throw std::invalid_argument("empty_strided: a negative size or stride");
+    if (sizes[d] == 0) {
+      span = 0;
+      break;
+    }
+    int64_t reach = 0;
+    overflow |= __builtin_mul_overflow(sizes[d] - 1, strides[d], &reach);
+    overflow |= __builtin_add_overflow(span, reach, &span);
   }
+  int64_t bytes = 0;
+  overflow |= __builtin_mul_overflow(span, static_cast<int64_t>(item), &bytes);
+  if (overflow || bytes > INT64_MAX - 64) throw std::length_error("empty_strided: the storage would pass 2^63 bytes");
   auto storage = std::make_shared<Storage>();
-  storage->nbytes = static_cast<std::size_t>(span) * item;
+  storage->nbytes = static_cast<std::size_t>(bytes);
   std::size_t rounded = (storage->nbytes + 63) / 64 * 64;
   storage->data = std::aligned_alloc(64, rounded > 0 ? rounded : 64);
   if (storage->data == nullptr) throw std::bad_alloc();

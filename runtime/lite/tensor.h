@@ -60,6 +60,11 @@ inline AtenTensorHandle as_handle(ShimTensor* t) { return reinterpret_cast<AtenT
 std::unique_ptr<ShimTensor> empty_strided(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
                                       int32_t dtype);
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes);
+// ATen's rule for a 4-d tensor's memory format (is_channels_last_strides_2d_s4): ambiguous cases are contiguous.
+bool is_channels_last_2d(const ShimTensor& t);
+// The strides of a copy that keeps t's memory format (preserve_format): t's own when it is dense, else
+// channels-last or contiguous as suggest_memory_format says.
+std::vector<int64_t> suggested_strides(const ShimTensor& t);
 
 // What the last failed shim call on this thread said (the model library only sees an error code).
 const std::string& last_error();

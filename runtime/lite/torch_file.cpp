@@ -33,11 +33,13 @@ const std::map<std::string, DType>& storage_types() {
   return m;
 }
 
+constexpr std::size_t kMaxValues = 1000000;  // a file of tensors holds a few per tensor
+constexpr std::size_t kMaxRank = 64;
+
 // A stack entry: a value, or a MARK.
 struct Item {
   enum class Kind { Value, Mark } kind = Kind::Value;
   ValuePtr value;
-  int depth = 0;  // containers nested in it
 };
 
 class Unpickler {
@@ -148,12 +150,15 @@ class Unpickler {
   std::size_t n_ = 0, pos_ = 0;
   std::vector<Item> stack_;
   std::map<uint64_t, Item> memo_;
+  std::size_t values_ = 0;
+  std::map<std::string, std::vector<char>> records_;  // storage records read so far (views share them)
 
   static std::string hex(unsigned v) {
     const char* d = "0123456789abcdef";
     return std::string{d[v >> 4 & 15], d[v & 15]};
   }
-  static std::shared_ptr<Value> make(Value::Kind kind) {
+  std::shared_ptr<Value> make(Value::Kind kind) {
+    if (++values_ > kMaxValues) damaged("more than " + std::to_string(kMaxValues) + " values in a file of tensors");
     auto v = std::make_shared<Value>();
     v->kind = kind;
     return v;
@@ -179,10 +184,9 @@ class Unpickler {
     pos_ += len + 1;
     return s;
   }
-  void push(std::shared_ptr<Value> v, int depth = 0) {
+  void push(std::shared_ptr<Value> v) {
     Item i;
     i.value = std::move(v);
-    i.depth = depth;
     stack_.push_back(std::move(i));
   }
   void push_int(int64_t x) {
@@ -219,29 +223,43 @@ class Unpickler {
     if (i.kind != Item::Kind::Value) damaged("a MARK where a value belongs");
     return i.value;
   }
-  static int depth_of(const std::vector<Item>& items) {
-    int d = 0;
-    for (const auto& i : items) d = std::max(d, i.depth + 1);
-    if (d > kMaxDepth) damaged("containers nested deeper than " + std::to_string(kMaxDepth));
-    return d;
+  // Puts `child` inside `parent`: the child becomes final, the parent's nesting grows, never past kMaxDepth.
+  static void nest(Value& parent, const ValuePtr& child) {
+    if (child.get() == &parent) damaged("a container inside itself");
+    Value& c = const_cast<Value&>(*child);
+    c.nested = true;
+    parent.depth = std::max(parent.depth, c.depth + 1);
+    if (parent.depth > kMaxDepth) damaged("containers nested deeper than " + std::to_string(kMaxDepth));
   }
   void push_container(Value::Kind kind, std::vector<Item> items) {
     auto v = make(kind);
-    for (const auto& i : items) v->items.push_back(value_of(i));
-    push(v, depth_of(items));
+    for (const auto& i : items) {
+      nest(*v, value_of(i));
+      v->items.push_back(value_of(i));
+    }
+    push(v);
   }
-  // Containers are built in place while the pickle fills them (a memoised one is the same object).
-  static Value& mutable_value(Item& i) { return const_cast<Value&>(*i.value); }
+  // Containers are filled in place while the pickle runs (a memoised one is the same object), until they are nested.
+  static Value& open_container(Item& i, Value::Kind kind, const char* what) {
+    if (i.value->kind != kind) damaged(std::string(what) + " on something that is not a " +
+                                       (kind == Value::Kind::List ? "list" : "dict"));
+    if (i.value->nested) damaged(std::string(what) + " on a container already inside another");
+    return const_cast<Value&>(*i.value);
+  }
   void append(Item& list, const std::vector<Item>& items) {
-    if (list.value->kind != Value::Kind::List) damaged("APPEND to something not a list");
-    for (const auto& i : items) mutable_value(list).items.push_back(value_of(i));
-    list.depth = std::max(list.depth, depth_of(items));
+    Value& l = open_container(list, Value::Kind::List, "APPEND");
+    for (const auto& i : items) {
+      nest(l, value_of(i));
+      l.items.push_back(value_of(i));
+    }
   }
   void set_items(Item& dict, const std::vector<Item>& kv) {
-    if (dict.value->kind != Value::Kind::Dict) damaged("SETITEM on something not a dict");
-    for (std::size_t i = 0; i + 1 < kv.size(); i += 2)
-      mutable_value(dict).entries.emplace_back(value_of(kv[i]), value_of(kv[i + 1]));
-    dict.depth = std::max(dict.depth, depth_of(kv));
+    Value& d = open_container(dict, Value::Kind::Dict, "SETITEM");
+    for (std::size_t i = 0; i + 1 < kv.size(); i += 2) {
+      nest(d, value_of(kv[i]));
+      nest(d, value_of(kv[i + 1]));
+      d.entries.emplace_back(value_of(kv[i]), value_of(kv[i + 1]));
+    }
   }
   void set_items_mark() {
     auto kv = pop_mark();
@@ -287,7 +305,7 @@ class Unpickler {
       push(rebuild_tensor(*a));
     } else if (name == "torch.jit._pickle.build_tensorlist" || name == "torch.jit._pickle.restore_type_tag") {
       if (a->items.empty()) damaged(name + " without arguments");
-      push(std::const_pointer_cast<Value>(a->items[0]), args.depth);
+      push(std::const_pointer_cast<Value>(a->items[0]));
     } else {
       damaged("the pickle calls " + name + ", which is not in a file of tensors");
     }
@@ -308,6 +326,7 @@ class Unpickler {
     const Value& storage = *a.items[0];
     const int64_t offset = a.items[1]->i;
     const std::vector<int64_t> size = ints(a.items[2], "size"), stride = ints(a.items[3], "stride");
+    if (size.size() > kMaxRank) damaged("a tensor of more than " + std::to_string(kMaxRank) + " dims");
     if (size.size() != stride.size()) damaged("a tensor with " + std::to_string(size.size()) + " sizes and " +
                                               std::to_string(stride.size()) + " strides");
     const std::size_t item = dtype_size(storage.dtype);
@@ -324,14 +343,22 @@ class Unpickler {
     if (overflow || total_ > max_bytes_) {
       throw BoundExceeded(overflow ? "more than 2^64" : std::to_string(total_));
     }
-    // the furthest element the view reaches must be inside the storage record
+    // the furthest element the view reaches must be inside the storage record (each record read once)
     const std::string record = prefix_ + "data/" + storage.s;
-    uint64_t record_size = 0;
-    try {
-      record_size = archive_.size_of(record);
-    } catch (const std::exception&) {
-      damaged("the tensor's storage record " + record + " is missing");
+    auto found = records_.find(record);
+    if (found == records_.end()) {
+      uint64_t record_size = 0;
+      try {
+        record_size = archive_.size_of(record);
+      } catch (const std::exception&) {
+        damaged("the tensor's storage record " + record + " is missing");
+      }
+      std::vector<char> data(static_cast<std::size_t>(record_size));  // within the archive: its reader checked
+      if (record_size) archive_.read(record, data.data(), data.size());
+      found = records_.emplace(record, std::move(data)).first;
     }
+    const std::vector<char>& data = found->second;
+    const uint64_t record_size = data.size();
     Tensor t = detail::new_tensor(size, storage.dtype);
     if (!empty) {
       int64_t lo = offset, hi = offset;  // element range the view touches
@@ -342,8 +369,6 @@ class Unpickler {
         far |= __builtin_add_overflow(reach < 0 ? lo : hi, reach, reach < 0 ? &lo : &hi);
       }
       if (far || lo < 0 || hi >= static_cast<int64_t>(record_size / item)) damaged("a tensor reaches past its storage");
-      std::vector<char> data(static_cast<std::size_t>(record_size));
-      if (record_size) archive_.read(record, data.data(), data.size());
       // gather into the contiguous tensor, last dim fastest
       auto* out = static_cast<char*>(const_cast<void*>(t.data()));
       const std::size_t n = t.numel();
@@ -359,7 +384,7 @@ class Unpickler {
       }
     }
     auto v = make(Value::Kind::Tensor);
-    v->tensor = std::move(t);
+    v->tensor.emplace(std::move(t));
     return v;
   }
 };
@@ -369,6 +394,9 @@ class ZipWriter {
  public:
   explicit ZipWriter(std::string root) : root_(std::move(root)) {}
   void add(const std::string& name, const std::string& bytes) {
+    // no zip64 here: what it would need is refused instead of written wrong
+    if (bytes.size() >= 0xffffffffu || out_.size() + bytes.size() + 4096 >= 0xffffffffu || records_.size() >= 0xfffe)
+      throw Error(ErrorCode::IO, "cannot write tensors of 4 GiB or more in all, or more than 65533 of them, to one file");
     const std::string full = root_ + name;
     const std::size_t header = 30 + full.size() + 4;  // + the padding field's own header
     const std::size_t pad = (64 - (out_.size() + header) % 64) % 64;

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -26,7 +27,11 @@ struct Value {
   DType dtype = DType::Float32;                          // Storage
   std::vector<ValuePtr> items;                           // List, Tuple
   std::vector<std::pair<ValuePtr, ValuePtr>> entries;    // Dict, in order
-  Tensor tensor;                                         // contiguous copy
+  std::optional<Tensor> tensor;                          // Tensor: a contiguous copy
+  // while the pickle is read: containers nested inside it, and whether it is inside another (then it is final: a
+  // pickle that would add to it, or nest a container in itself, is refused - no cycles, nesting bounded)
+  int depth = 0;
+  bool nested = false;
 };
 
 // Thrown by load() when the tensors pass max_bytes: what() is how many bytes they would take.

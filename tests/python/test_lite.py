@@ -137,6 +137,21 @@ def test_torchbind_class_is_refused_by_name_before_any_compile(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_model_that_changes_its_buffers_is_refused_by_name(tmp_path):
+    class Counter(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("calls", torch.zeros(1))
+
+        def forward(self, x):
+            self.calls.add_(1)
+            return x * self.calls
+
+    with pytest.raises(lite.LiteError, match=r"lite cannot run a model that changes its buffers as it runs: it "
+                                             r"changes calls"):
+        export_package(Counter(), (torch.randn(3),), tmp_path / "m.pt2", lite=True)
+
+
 def test_custom_op_is_refused_by_name(tmp_path):
     model, inputs = models.identity_conv_op_only()
     with pytest.raises(lite.LiteError, match=r"lite has no kernel for the custom op my_ops::identity_conv_op"):
@@ -280,7 +295,15 @@ def _with_pickle(saved: bytes, pickle: bytes) -> bytes:
     return out.getvalue()
 
 
-@pytest.mark.parametrize("case", ["global", "huge", "truncated", "compressed", "not_zip"])
+def _deep_pickle(levels: int) -> bytes:
+    """Lists nested `levels` deep through the memo: each new list gets the previous one by LONG_BINGET."""
+    out = b"\x80\x02]r\x01\x00\x00\x00"
+    for k in range(2, levels + 1):
+        out += b"]r" + k.to_bytes(4, "little") + b"j" + (k - 1).to_bytes(4, "little") + b"a"
+    return out + b"."
+
+
+@pytest.mark.parametrize("case", ["global", "huge", "truncated", "compressed", "not_zip", "cycle", "deep"])
 def test_pt2run_lite_refuses_hostile_tensor_files_with_exit_6(package, tmp_path, case):
     """Tensor files are read by lite's own zip and pickle readers: bad ones get one line and exit 6 (I/O)."""
     import io
@@ -307,6 +330,10 @@ def test_pt2run_lite_refuses_hostile_tensor_files_with_exit_6(package, tmp_path,
             for name in src.namelist():
                 z.writestr(name, src.read(name))
         payload, message = out.getvalue(), "is compressed (method 8)"
+    elif case == "cycle":  # a list appended to itself through the memo
+        payload, message = _with_pickle(good, b"\x80\x02]q\x00h\x00a."), "a container inside itself"
+    elif case == "deep":  # nesting the stack-depth bound would miss, built through memo recalls
+        payload, message = _with_pickle(good, _deep_pickle(5000)), "nested deeper than 256"
     else:
         payload, message = b"not a zip at all" * 10, "not a tensor file written by torch.save"
     bad = _bad_file(tmp_path, "x.pt", payload)
