@@ -127,7 +127,7 @@ mutant("run_into: a dynamic dim not checked after the run", "runtime/src/runtime
 mutant("run_into: a buffer overlapping an input accepted", "runtime/src/shapes.cpp",
        "      if (in.device == o.device && overlap(", "      if (false && overlap(",
        ctest("RunInto|CApi[.]Options"))
-mutant("load_from_memory: golden cases not kept", "runtime/src/runtime.cpp",
+mutant("load_from_memory: golden cases not kept", "runtime/src/common.h",
        "  if (options.keep_package_open) impl->golden = impl->package->read(impl->spec.golden_record);", "",
        ctest("FromMemory"))
 
