@@ -69,6 +69,8 @@ class Pt2rtConan(ConanFile):
         tc = CMakeToolchain(self)
         tc.cache_variables["PT2RT_OPS_CUDA"] = "ON" if self.options.flavour == "cuda" else "OFF"
         tc.cache_variables["PT2RT_BUILD_TESTS"] = bool(self.options.with_tests)
+        # pt2rt-lite is not part of this package (make lite builds it); the project's own build turns it on
+        tc.cache_variables["PT2RT_BUILD_LITE"] = bool(self.options.with_tests)
         # the venv's Python (it runs Conan): exports the packages the C++ tests run
         tc.cache_variables["PT2RT_PYTHON"] = sys.executable
         tc.generate()
