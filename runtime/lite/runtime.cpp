@@ -160,19 +160,14 @@ Tensor take_output(lite::ShimTensor* t) {
                                       static_cast<std::size_t>(t->numel()) * item);
   }
   Tensor out = detail::new_tensor(t->sizes, *dtype);
-  auto* dst = static_cast<char*>(out.mutable_data());
-  const auto* src = static_cast<const char*>(t->data());
-  const std::size_t n = static_cast<std::size_t>(t->numel());
-  std::vector<int64_t> index(t->sizes.size(), 0);
-  for (std::size_t k = 0; k < n; ++k) {
-    int64_t e = 0;
-    for (std::size_t d = 0; d < index.size(); ++d) e += index[d] * t->strides[d];
-    std::memcpy(dst + k * item, src + e * static_cast<int64_t>(item), item);
-    for (std::size_t d = index.size(); d-- > 0;) {
-      if (++index[d] < t->sizes[d]) break;
-      index[d] = 0;
-    }
-  }
+  lite::ShimTensor dst;  // a view of out's memory
+  dst.storage = std::make_shared<lite::Storage>();
+  dst.storage->data = out.mutable_data();
+  dst.storage->nbytes = out.nbytes();
+  dst.dtype = t->dtype;
+  dst.sizes = t->sizes;
+  dst.strides = lite::contiguous_strides(t->sizes);
+  lite::copy_strided(dst, *t);
   return out;
 }
 

@@ -4,6 +4,7 @@
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 #include <stdexcept>
 
@@ -121,6 +122,35 @@ std::unique_ptr<ShimTensor> empty_strided(const std::vector<int64_t>& sizes, con
   t->sizes = sizes;
   t->strides = strides;
   return t;
+}
+
+// The copy of every element of src into dst (same sizes, any strides), by bytes of the element size.
+void copy_strided(const ShimTensor& dst, const ShimTensor& src) {
+  if (dst.sizes != src.sizes) throw std::invalid_argument("copy_ between tensors of different sizes");
+  if (dst.dtype != src.dtype) throw std::invalid_argument("copy_ between dtypes is not in lite");
+  const std::size_t item = element_size(dst.dtype);
+  const int64_t n = dst.numel();
+  if (n == 0) return;
+  if (dst.is_contiguous() && src.is_contiguous()) {
+    std::memmove(dst.data(), src.data(), static_cast<std::size_t>(n) * item);
+    return;
+  }
+  const int64_t nd = dst.dim();
+  std::vector<int64_t> index(nd, 0);
+  auto* d = static_cast<char*>(dst.data());
+  const auto* s = static_cast<const char*>(src.data());
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t od = 0, os = 0;
+    for (int64_t k = 0; k < nd; ++k) {
+      od += index[k] * dst.strides[k];
+      os += index[k] * src.strides[k];
+    }
+    std::memcpy(d + od * static_cast<int64_t>(item), s + os * static_cast<int64_t>(item), item);
+    for (int64_t k = nd - 1; k >= 0; --k) {
+      if (++index[k] < dst.sizes[k]) break;
+      index[k] = 0;
+    }
+  }
 }
 
 namespace {

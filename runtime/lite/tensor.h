@@ -66,6 +66,9 @@ bool is_channels_last_2d(const ShimTensor& t);
 // channels-last or contiguous as suggest_memory_format says.
 std::vector<int64_t> suggested_strides(const ShimTensor& t);
 
+// Every element of src into dst: the same sizes and dtype, any strides.
+void copy_strided(const ShimTensor& dst, const ShimTensor& src);
+
 // What the last failed shim call on this thread said (the model library only sees an error code).
 const std::string& last_error();
 void set_last_error(std::string message);

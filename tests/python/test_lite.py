@@ -454,3 +454,19 @@ def test_each_kernel_instruction_set_verifies_and_matches_eager(package, tmp_pat
         expected = model(x)
     for a, e in zip(torch.load(tmp_path / "y.pt"), expected):
         torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-4)
+
+
+def test_outputs_that_view_an_input_are_copies_in_their_own_layout(tmp_path):
+    """An output that is a (transposed) view of the caller's input comes back as a contiguous copy the caller owns."""
+    class Views(torch.nn.Module):
+        def forward(self, x):
+            return x.transpose(0, 1), x * 2
+
+    path = export_package(Views(), (torch.randn(3, 5),), tmp_path / "views.pt2", lite=True, golden=2)
+    x = torch.randn(3, 5)
+    torch.save(x, tmp_path / "x.pt")
+    result = subprocess.run([str(_pt2run_lite()), "run", str(path), "--input", str(tmp_path / "x.pt"), "--output",
+                             str(tmp_path / "y.pt")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    view, doubled = torch.load(tmp_path / "y.pt")
+    assert view.is_contiguous() and torch.equal(view, x.t()) and torch.equal(doubled, x * 2)
