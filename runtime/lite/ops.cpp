@@ -9,7 +9,10 @@
 #include <string>
 #include <vector>
 
+#include <omp.h>
+
 #include "guard.h"
+#include "kernels.h"
 #include "tensor.h"
 
 using namespace pt2rt::lite;
@@ -20,111 +23,6 @@ void require_float32(const ShimTensor& t, const char* what) {
   if (t.dtype != kFloat32)
     throw std::invalid_argument(std::string(what) + " has dtype code " + std::to_string(t.dtype) +
                                 "; lite's kernels take float32");
-}
-
-typedef float v4 __attribute__((vector_size(16)));  // the baseline's vector width (SSE2, NEON)
-
-inline v4 load4(const float* p) {
-  v4 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-// sum_p a[p] b[p] over contiguous rows, four vector accumulators
-float dot(const float* a, const float* b, int64_t k) {
-  v4 s0{}, s1{}, s2{}, s3{};
-  int64_t p = 0;
-  for (; p + 16 <= k; p += 16) {
-    s0 += load4(a + p) * load4(b + p);
-    s1 += load4(a + p + 4) * load4(b + p + 4);
-    s2 += load4(a + p + 8) * load4(b + p + 8);
-    s3 += load4(a + p + 12) * load4(b + p + 12);
-  }
-  const v4 s = (s0 + s1) + (s2 + s3);
-  float r = (s[0] + s[1]) + (s[2] + s[3]);
-  for (; p < k; ++p) r += a[p] * b[p];
-  return r;
-}
-
-// acc[r][j] += sum_k a[r][k] w[k][j] for r < rows, k < kk, j < cols (rows a_ld, w_ld, acc_ld apart): 4 rows by
-// NV vectors of L lanes at a time in registers, the rest one row and column at a time. Inlined into one function
-// per instruction set (below), which chooses its vectors' width.
-template <int L, int NV>
-[[gnu::always_inline]] inline void tile_product_impl(const float* a, int64_t a_ld, int64_t kk, const float* w,
-                                                      int64_t w_ld, float* acc, int64_t acc_ld, int64_t rows,
-                                                      int64_t cols) {
-  typedef float vf __attribute__((vector_size(L * sizeof(float))));
-  constexpr int64_t kWidth = L * NV;
-  const int64_t r4 = rows / 4 * 4, cw = cols / kWidth * kWidth;
-  for (int64_t r = 0; r < r4; r += 4)
-    for (int64_t j = 0; j < cw; j += kWidth) {
-      vf c[4][NV];
-      for (int i = 0; i < 4; ++i)
-        for (int v = 0; v < NV; ++v) std::memcpy(&c[i][v], acc + (r + i) * acc_ld + j + v * L, sizeof(vf));
-      const float* a0 = a + r * a_ld;
-      for (int64_t k = 0; k < kk; ++k) {
-        vf wv[NV];
-        for (int v = 0; v < NV; ++v) std::memcpy(&wv[v], w + k * w_ld + j + v * L, sizeof(vf));
-        for (int i = 0; i < 4; ++i) {
-          const vf x = vf{} + a0[i * a_ld + k];
-          for (int v = 0; v < NV; ++v) c[i][v] += x * wv[v];
-        }
-      }
-      for (int i = 0; i < 4; ++i)
-        for (int v = 0; v < NV; ++v) std::memcpy(acc + (r + i) * acc_ld + j + v * L, &c[i][v], sizeof(vf));
-    }
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t from = r < r4 ? cw : 0;
-    if (from == cols) continue;
-    float* row = acc + r * acc_ld;
-    for (int64_t k = 0; k < kk; ++k) {
-      const float x = a[r * a_ld + k];
-      const float* wk = w + k * w_ld;
-      for (int64_t j = from; j < cols; ++j) row[j] += x * wk[j];
-    }
-  }
-}
-
-using TileProduct = void (*)(const float*, int64_t, int64_t, const float*, int64_t, float*, int64_t, int64_t, int64_t);
-
-void tile_product_baseline(const float* a, int64_t a_ld, int64_t kk, const float* w, int64_t w_ld, float* acc,
-                           int64_t acc_ld, int64_t rows, int64_t cols) {
-  tile_product_impl<4, 2>(a, a_ld, kk, w, w_ld, acc, acc_ld, rows, cols);  // SSE2, NEON: 8 of 16 registers
-}
-
-#if defined(__x86_64__)
-[[gnu::target("avx2,fma")]] void tile_product_avx2(const float* a, int64_t a_ld, int64_t kk, const float* w,
-                                                   int64_t w_ld, float* acc, int64_t acc_ld, int64_t rows,
-                                                   int64_t cols) {
-  tile_product_impl<8, 2>(a, a_ld, kk, w, w_ld, acc, acc_ld, rows, cols);  // 8 of 16 registers
-}
-
-[[gnu::target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")]] void tile_product_avx512(
-    const float* a, int64_t a_ld, int64_t kk, const float* w, int64_t w_ld, float* acc, int64_t acc_ld, int64_t rows,
-    int64_t cols) {
-  tile_product_impl<16, 4>(a, a_ld, kk, w, w_ld, acc, acc_ld, rows, cols);  // 16 of 32 registers
-}
-#endif
-
-// The widest this CPU runs; $PT2RT_LITE_KERNELS (baseline, avx2, avx512) narrows it, for tests of each path.
-TileProduct pick_tile_product() {
-  const char* want = std::getenv("PT2RT_LITE_KERNELS");
-  const std::string asked = want ? want : "";
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-                      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw");
-  if (avx512 && (asked.empty() || asked == "avx512")) return tile_product_avx512;
-  if (avx2 && (asked.empty() || asked == "avx512" || asked == "avx2")) return tile_product_avx2;
-#endif
-  return tile_product_baseline;
-}
-
-void tile_product(const float* a, int64_t a_ld, int64_t kk, const float* w, int64_t w_ld, float* acc, int64_t acc_ld,
-                  int64_t rows, int64_t cols) {
-  static const TileProduct chosen = pick_tile_product();
-  chosen(a, a_ld, kk, w, w_ld, acc, acc_ld, rows, cols);
 }
 
 // `w` rearranged by pack() for a kernel: once per constant (kept on its storage, keyed by `kind` and the view),
@@ -141,54 +39,145 @@ std::shared_ptr<const std::vector<float>> packed(const ShimTensor& w, std::vecto
   return slot;
 }
 
-constexpr int64_t kParallelWork = int64_t{1} << 15;  // multiply-adds below which a product stays on one thread
-constexpr int64_t kTile = 32, kColumnBlock = 64;     // 32 x 64 accumulators: 8 KB, in L1
+constexpr int64_t kParallelWork = int64_t{1} << 16;  // multiply-adds below which a product stays on one thread
+constexpr int64_t kKc = 256;  // the depth of the product's blocks: a panel's slice of kKc x nr floats stays in L1
+constexpr int64_t kMc = 96;   // rows of the left matrix packed at a time (a multiple of every kernel set's mr)
 
-// c[i, j] = (accumulate ? c[i, j] : 0) + alpha sum_k a[i, k] b[k, j] over strided float32 matrices; c's rows
-// contiguous. b in column panels (packed once where it is a constant: a linear layer's weight), a tile of a's rows
-// and a panel at a time.
-void gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t a_cs, const ShimTensor& b_tensor,
-          float* c, int64_t c_rs, float alpha, bool accumulate) {
-  // b in panels of kColumnBlock columns, each [k][kColumnBlock] contiguous (zeros past n)
-  const int64_t blocks = (n + kColumnBlock - 1) / kColumnBlock;
-  const auto b_panels = packed(b_tensor, {3}, [&] {
-    const float* b = static_cast<const float*>(b_tensor.data());
-    const int64_t b_rs = b_tensor.strides[0], b_cs = b_tensor.strides[1];
-    std::vector<float> out(static_cast<std::size_t>(blocks * k * kColumnBlock), 0.0f);
-    for (int64_t blk = 0; blk < blocks; ++blk)
-      for (int64_t p = 0; p < k; ++p)
-        for (int64_t j = blk * kColumnBlock; j < std::min(n, (blk + 1) * kColumnBlock); ++j)
-          out[(blk * k + p) * kColumnBlock + j - blk * kColumnBlock] = b[p * b_rs + j * b_cs];
-    return out;
-  });
-  const float* panels = b_panels->data();
-  const int64_t tiles = (m + kTile - 1) / kTile;
-#pragma omp parallel for collapse(2) schedule(static) if (m * n * k >= kParallelWork)
-  for (int64_t t = 0; t < tiles; ++t)
-    for (int64_t blk = 0; blk < blocks; ++blk) {
-      const int64_t i0 = t * kTile, rows = std::min(kTile, m - i0);
-      const int64_t j0 = blk * kColumnBlock, cols = std::min(kColumnBlock, n - j0);
-      float acc[kTile * kColumnBlock] = {};
-      const float* at = a + i0 * a_rs;
-      int64_t a_ld = a_rs;
-      std::vector<float> gathered;
-      if (a_cs != 1) {  // a's rows gathered contiguous
-        gathered.resize(static_cast<std::size_t>(rows * k));
-        for (int64_t r = 0; r < rows; ++r)
-          for (int64_t p = 0; p < k; ++p) gathered[r * k + p] = at[r * a_rs + p * a_cs];
-        at = gathered.data();
-        a_ld = k;
-      }
-      tile_product(at, a_ld, k, panels + blk * k * kColumnBlock, kColumnBlock, acc, kColumnBlock, rows, cols);
-      for (int64_t r = 0; r < rows; ++r) {
-        float* ci = c + (i0 + r) * c_rs + j0;
-        const float* ar = acc + r * kColumnBlock;
-        if (accumulate)
-          for (int64_t j = 0; j < cols; ++j) ci[j] += alpha * ar[j];
-        else
-          for (int64_t j = 0; j < cols; ++j) ci[j] = alpha * ar[j];
+// A matrix's columns in panels of nr ([panel][k][nr], zeros past n), as the micro kernel reads its right operand;
+// get(p, j) is element [p][j].
+template <class Get>
+std::vector<float> pack_panels(int64_t k, int64_t n, int nr, Get get) {
+  const int64_t panels = (n + nr - 1) / nr;
+  std::vector<float> out(static_cast<std::size_t>(panels * k * nr), 0.0f);
+  for (int64_t pn = 0; pn < panels; ++pn) {
+    const int64_t j0 = pn * nr, cols = std::min<int64_t>(nr, n - j0);
+    for (int64_t p = 0; p < k; ++p) {
+      float* dst = out.data() + (pn * k + p) * nr;
+      for (int64_t j = 0; j < cols; ++j) dst[j] = get(p, j0 + j);
+    }
+  }
+  return out;
+}
+
+struct Target {  // where c[i][j] goes: c + i * rs + j * cs
+  float* c;
+  int64_t rs, cs;
+};
+
+// A product's left matrix a [m][k] for gemm_rows, as k / seg segments of seg floats per row; either read in place
+// (direct: at(row, k) points at a row's floats from k to the end of its segment) or gathered
+// (gather(row, k0, kc, dst): the row's floats k0 .. k0 + kc - 1 into dst).
+struct Rows {  // a strided matrix, times alpha
+  const float* a;
+  int64_t rs, cs, k;
+  float alpha;
+  bool direct() const { return cs == 1 && alpha == 1.0f; }
+  int64_t seg() const { return k; }
+  const float* at(int64_t row, int64_t p) const { return a + row * rs + p; }
+  void gather(int64_t row, int64_t k0, int64_t kc, float* dst) const {
+    for (int64_t p = 0; p < kc; ++p) dst[p] = alpha * a[row * rs + (k0 + p) * cs];
+  }
+};
+
+// c = (accumulate ? c : init ? init[j] : 0) + a b, a from a Rows-like source, b in panels (pack_panels). Blocks
+// of kMc rows and a share of the panels are the threads' tasks; the depth in blocks of about kKc (whole segments
+// where they are shorter).
+template <class Source>
+void gemm_rows(int64_t m, int64_t n, int64_t k, const Source& src, const float* panels, Target c, const float* init,
+               bool accumulate, bool parallel) {
+  const KernelSet& ks = kernels();
+  const int64_t mr = ks.mr, nr = ks.nr;
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    if (!accumulate)
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) c.c[i * c.rs + j * c.cs] = init != nullptr ? init[j] : 0.0f;
+    return;
+  }
+  struct Block {
+    int64_t k0, segments, len;
+  };
+  std::vector<Block> blocks;
+  const bool direct = src.direct();
+  const int64_t seg = direct ? src.seg() : k;
+  if (seg >= kKc) {
+    for (int64_t s0 = 0; s0 < k; s0 += seg)
+      for (int64_t p = 0; p < seg; p += kKc) blocks.push_back({s0 + p, 1, std::min(kKc, seg - p)});
+  } else {
+    const int64_t per = kKc / seg, total = k / seg;
+    for (int64_t t = 0; t < total; t += per) blocks.push_back({t * seg, std::min(per, total - t), seg});
+  }
+  int64_t most = 1;
+  for (const Block& blk : blocks) most = std::max(most, blk.segments);
+  const int64_t n_panels = (n + nr - 1) / nr;
+  const int threads = parallel && m * n * k >= kParallelWork ? omp_get_max_threads() : 1;
+  // blocks of at most kMc rows, as even as the strips allow (a thread's share is whole blocks)
+  int64_t m_blocks = (m + kMc - 1) / kMc;
+  if (threads > 1 && m_blocks % threads != 0 && m_blocks > threads) m_blocks += threads - m_blocks % threads;
+  const int64_t block_rows = ((m + m_blocks - 1) / m_blocks + mr - 1) / mr * mr;
+  m_blocks = (m + block_rows - 1) / block_rows;
+  // enough tasks for the threads: the panels split when the rows are few
+  int64_t chunks = 1;
+  while (threads > 1 && m_blocks * chunks < 4 * threads && chunks < n_panels) chunks *= 2;
+  const int64_t per_chunk = (n_panels + chunks - 1) / chunks;
+  chunks = (n_panels + per_chunk - 1) / per_chunk;
+#pragma omp parallel for schedule(dynamic) if (threads > 1 && m_blocks * chunks > 1)
+  for (int64_t task = 0; task < m_blocks * chunks; ++task) {
+    const int64_t i0 = (task / chunks) * block_rows, rows = std::min(block_rows, m - i0);
+    const int64_t pn0 = (task % chunks) * per_chunk, pn1 = std::min(n_panels, pn0 + per_chunk);
+    const int64_t strips = (rows + mr - 1) / mr;
+    thread_local std::vector<const float*> ptrs;
+    thread_local std::vector<float> gathered;
+    ptrs.resize(static_cast<std::size_t>(strips * most * mr));
+    if (!direct) gathered.resize(static_cast<std::size_t>(strips * mr * kKc));
+    float tile[16 * 64];  // the tile where c's columns are not contiguous (mr <= 16, nr <= 64)
+    for (const Block& blk : blocks) {
+      for (int64_t s = 0; s < strips; ++s)
+        for (int64_t r = 0; r < std::min(mr, rows - s * mr); ++r) {
+          const int64_t row = i0 + s * mr + r;
+          if (direct) {
+            for (int64_t j = 0; j < blk.segments; ++j) ptrs[(s * most + j) * mr + r] = src.at(row, blk.k0 + j * blk.len);
+          } else {
+            float* dst = gathered.data() + (s * mr + r) * kKc;
+            src.gather(row, blk.k0, blk.len, dst);
+            ptrs[s * most * mr + r] = dst;
+          }
+        }
+      const bool acc = accumulate || blk.k0 > 0;
+      for (int64_t pn = pn0; pn < pn1; ++pn) {
+        const int64_t j0 = pn * nr, cols = std::min(nr, n - j0);
+        const float* b = panels + (pn * k + blk.k0) * nr;
+        const float* start = blk.k0 == 0 && init != nullptr ? init + j0 : nullptr;
+        for (int64_t s = 0; s < strips; ++s) {
+          const int64_t r0 = i0 + s * mr, sr = std::min(mr, rows - s * mr);
+          const float* const* a = ptrs.data() + s * most * mr;
+          if (c.cs == 1) {
+            ks.micro(blk.segments, blk.len, a, b, c.c + r0 * c.rs + j0, c.rs, sr, cols, start, acc);
+            continue;
+          }
+          if (acc)
+            for (int64_t r = 0; r < sr; ++r)
+              for (int64_t j = 0; j < cols; ++j) tile[r * nr + j] = c.c[(r0 + r) * c.rs + (j0 + j) * c.cs];
+          ks.micro(blk.segments, blk.len, a, b, tile, nr, sr, cols, start, acc);
+          for (int64_t r = 0; r < sr; ++r)
+            for (int64_t j = 0; j < cols; ++j) c.c[(r0 + r) * c.rs + (j0 + j) * c.cs] = tile[r * nr + j];
+        }
       }
     }
+  }
+}
+
+// c = (accumulate ? c : 0) + alpha a b over strided float32 matrices; b in panels (packed once where it is a
+// constant: a linear layer's weight).
+void gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t a_cs, const ShimTensor& b_tensor,
+          Target c, float alpha, const float* init, bool accumulate) {
+  const int nr = kernels().nr;
+  const auto b_panels = packed(b_tensor, {3, nr}, [&] {
+    const float* b = static_cast<const float*>(b_tensor.data());
+    const int64_t b_rs = b_tensor.strides[0], b_cs = b_tensor.strides[1];
+    return pack_panels(k, n, nr, [&](int64_t p, int64_t j) { return b[p * b_rs + j * b_cs]; });
+  });
+  gemm_rows(m, n, k, Rows{a, a_rs, a_cs, k, alpha}, b_panels->data(), c, init, accumulate, true);
 }
 
 void check_matrix(const ShimTensor& t, const char* what) {
@@ -204,10 +193,10 @@ void addmm(ShimTensor& out, const ShimTensor* self, const ShimTensor& mat1, cons
   const int64_t m = mat1.sizes[0], k = mat1.sizes[1], n = mat2.sizes[1];
   if (mat2.sizes[0] != k || out.sizes[0] != m || out.sizes[1] != n)
     throw std::invalid_argument("addmm: sizes do not agree");
-  if (out.strides[1] != 1 && n > 1) throw std::invalid_argument("addmm: out's rows are not contiguous");
   float* c = static_cast<float*>(out.data());
-  const int64_t c_rs = out.strides[0];
+  const int64_t c_rs = out.strides[0], c_cs = out.strides[1];
   bool accumulate = false;
+  std::vector<float> init;
   if (self != nullptr && beta != 0.0f) {
     require_float32(*self, "addmm's self");
     // self broadcasts from the right: [n], [1, n], [m, n], [m, 1], [1, 1] or []
@@ -215,13 +204,81 @@ void addmm(ShimTensor& out, const ShimTensor* self, const ShimTensor& mat1, cons
     const int64_t s_rs = sd == 2 && self->sizes[0] != 1 ? self->strides[0] : 0;
     const int64_t s_cs = sd >= 1 && self->sizes[sd - 1] != 1 ? self->strides[sd - 1] : 0;
     const float* s = static_cast<const float*>(self->data());
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) c[i * c_rs + j] = beta * s[i * s_rs + j * s_cs];
-    accumulate = true;
+    if (s_rs == 0) {  // one row for all (a linear layer's bias): the product starts from it
+      init.resize(static_cast<std::size_t>(n));
+      for (int64_t j = 0; j < n; ++j) init[j] = beta * s[j * s_cs];
+    } else {
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) c[i * c_rs + j * c_cs] = beta * s[i * s_rs + j * s_cs];
+      accumulate = true;
+    }
   }
-  gemm(m, n, k, static_cast<const float*>(mat1.data()), mat1.strides[0], mat1.strides[1], mat2, c, c_rs, alpha,
-       accumulate);
+  gemm(m, n, k, static_cast<const float*>(mat1.data()), mat1.strides[0], mat1.strides[1], mat2, Target{c, c_rs, c_cs},
+       alpha, init.empty() ? nullptr : init.data(), accumulate);
 }
+
+// A convolution's input as the product's left matrix: a row per output pixel (from `first`), a segment per tap of
+// c_per input channels (k ordered tap, channel). Read in place where the channels are contiguous and not too few
+// (the taps in the padding point at zeros), else gathered.
+struct ConvRows {
+  const float* x;  // the group's first channel
+  const int64_t* xs;
+  const int64_t* pixel;  // per row: its first tap's input row and column, and the offset of that pixel's image
+  const int64_t* taps;   // per tap: its input row and column from the first tap's, and their offset
+  int64_t h, w, kh, kw, c_per, dh, dw;
+  const float* zeros;
+  bool direct() const { return xs[1] == 1 && c_per >= 8; }
+  int64_t seg() const { return c_per; }
+  // the first input element of (pixel row, tap), null in the padding
+  const float* tap(int64_t row, int64_t t) const {
+    const int64_t* px = pixel + 3 * row;
+    const int64_t* tp = taps + 3 * t;
+    const int64_t iy = px[0] + tp[0], ix = px[1] + tp[1];
+    if (iy < 0 || iy >= h || ix < 0 || ix >= w) return nullptr;
+    return x + px[2] + iy * xs[2] + ix * xs[3];
+  }
+  const float* at(int64_t row, int64_t p) const {
+    const float* t = tap(row, p / c_per);
+    return t != nullptr ? t + p % c_per : zeros;
+  }
+  void gather(int64_t row, int64_t k0, int64_t kc, float* dst) const {
+    const int64_t* px = pixel + 3 * row;
+    if (k0 == 0 && kc == kh * kw * c_per) {  // the whole row: a kernel row at a time
+      for (int64_t ky = 0; ky < kh; ++ky) {
+        float* out = dst + ky * kw * c_per;
+        const int64_t iy = px[0] + ky * dh;
+        if (iy < 0 || iy >= h) {
+          std::fill(out, out + kw * c_per, 0.0f);
+          continue;
+        }
+        // the taps inside: kx in [lo, hi)
+        const int64_t ix0 = px[1];
+        const int64_t lo = std::min(kw, ix0 >= 0 ? int64_t{0} : (-ix0 + dw - 1) / dw);
+        const int64_t hi = std::max(lo, ix0 > w - 1 ? int64_t{0} : std::min(kw, (w - 1 - ix0) / dw + 1));
+        std::fill(out, out + lo * c_per, 0.0f);
+        std::fill(out + hi * c_per, out + kw * c_per, 0.0f);
+        const float* src = x + px[2] + iy * xs[2] + (ix0 + lo * dw) * xs[3];
+        if (xs[1] == 1 && dw * xs[3] == c_per) {  // the kernel row's channels follow each other in memory
+          std::copy(src, src + (hi - lo) * c_per, out + lo * c_per);
+          continue;
+        }
+        for (int64_t kx = lo; kx < hi; ++kx)
+          for (int64_t ic = 0; ic < c_per; ++ic) out[kx * c_per + ic] = src[(kx - lo) * dw * xs[3] + ic * xs[1]];
+      }
+      return;
+    }
+    for (int64_t p = k0; p < k0 + kc;) {
+      const int64_t t = p / c_per, ic0 = p - t * c_per, n = std::min(c_per - ic0, k0 + kc - p);
+      const float* src = tap(row, t);
+      float* out = dst + (p - k0);
+      if (src == nullptr)
+        std::fill(out, out + n, 0.0f);
+      else
+        for (int64_t q = 0; q < n; ++q) out[q] = src[(ic0 + q) * xs[1]];
+      p += n;
+    }
+  }
+};
 
 std::unique_ptr<ShimTensor> convolution(const ShimTensor& input, const ShimTensor& weight, const ShimTensor* bias,
                                     const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
@@ -289,10 +346,22 @@ std::unique_ptr<ShimTensor> convolution(const ShimTensor& input, const ShimTenso
       return wk;
     });
     const std::vector<float>& wk = *wk_packed;
-#pragma omp parallel for collapse(2) schedule(static)
+    if (xs[1] == 1 && ys[1] == 1) {  // channels contiguous in and out: the kernel set's rows
+      const DepthwiseRowKernel row = kernels().depthwise_row;
+#pragma omp parallel for collapse(2) schedule(static) if (n * oh * ow * c * taps >= kParallelWork)
+      for (int64_t in = 0; in < n; ++in)
+        for (int64_t oy = 0; oy < oh; ++oy) {
+          const DepthwiseRow args{x + in * xs[0], xs[2], xs[3], h, w, wk.data(), b.data(), c, kh, kw, sh, sw, ph, pw,
+                                  dh, dw, y + in * ys[0] + oy * ys[2], ys[3], ow};
+          row(args, oy);
+        }
+      return out;
+    }
+#pragma omp parallel for collapse(2) schedule(static) if (n * oh * ow * c * taps >= kParallelWork)
     for (int64_t in = 0; in < n; ++in)
       for (int64_t oy = 0; oy < oh; ++oy) {
-        std::vector<float> acc(static_cast<std::size_t>(c)), col(static_cast<std::size_t>(c));
+        thread_local std::vector<float> acc;
+        acc.resize(static_cast<std::size_t>(c));
         for (int64_t ox = 0; ox < ow; ++ox) {
           std::copy(b.begin(), b.end(), acc.begin());
           for (int64_t ky = 0; ky < kh; ++ky) {
@@ -302,12 +371,7 @@ std::unique_ptr<ShimTensor> convolution(const ShimTensor& input, const ShimTenso
               const float* wv = wk.data() + (ky * kw + kx) * c;
               if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
               const float* xp = x + in * xs[0] + iy * xs[2] + ix * xs[3];
-              if (xs[1] == 1) {
-                for (int64_t ch = 0; ch < c; ++ch) acc[ch] += xp[ch] * wv[ch];
-              } else {
-                for (int64_t ch = 0; ch < c; ++ch) col[ch] = xp[ch * xs[1]];
-                for (int64_t ch = 0; ch < c; ++ch) acc[ch] += col[ch] * wv[ch];
-              }
+              for (int64_t ch = 0; ch < c; ++ch) acc[ch] += xp[ch * xs[1]] * wv[ch];
             }
           }
           float* yp = y + in * ys[0] + oy * ys[2] + ox * ys[3];
@@ -316,58 +380,47 @@ std::unique_ptr<ShimTensor> convolution(const ShimTensor& input, const ShimTenso
       }
     return out;
   }
-  // otherwise a product per group: output pixels x (input channels x taps) times (input channels x taps) x output
-  // channels, the input gathered a tile of pixels at a time, the weights packed as [group][k][output channel]
-  const int64_t kk = c_per * kh * kw, pixels = oh * ow;
-  const auto wp_packed = packed(weight, {2, groups, kh, kw}, [&] {
-    std::vector<float> wp(static_cast<std::size_t>(groups * kk * oc_per));
-    for (int64_t g = 0; g < groups; ++g)
-      for (int64_t j = 0; j < oc_per; ++j)
-        for (int64_t ic = 0; ic < c_per; ++ic)
-          for (int64_t ky = 0; ky < kh; ++ky)
-            for (int64_t kx = 0; kx < kw; ++kx)
-              wp[((g * kk) + (ic * kh + ky) * kw + kx) * oc_per + j] =
-                  wt[(g * oc_per + j) * s4(weight, 0) + ic * s4(weight, 1) + ky * s4(weight, 2) + kx * s4(weight, 3)];
+  // otherwise a product per group: output pixels x (taps x input channels) times (taps x input channels) x output
+  // channels; the input gathered into the product's strips as it goes (no im2col copy of the whole input), the
+  // weights packed once as each group's panels
+  const int64_t kk = kh * kw * c_per, pixels = oh * ow;
+  const int nr = kernels().nr;
+  const int64_t group_floats = (oc_per + nr - 1) / nr * kk * nr;
+  const auto wp_packed = packed(weight, {2, groups, kh, kw, nr}, [&] {
+    std::vector<float> wp(static_cast<std::size_t>(groups * group_floats));
+    for (int64_t g = 0; g < groups; ++g) {
+      const auto panels = pack_panels(kk, oc_per, nr, [&](int64_t p, int64_t j) {
+        const int64_t tap = p / c_per, ic = p % c_per;
+        return wt[(g * oc_per + j) * s4(weight, 0) + ic * s4(weight, 1) + (tap / kw) * s4(weight, 2) +
+                  (tap % kw) * s4(weight, 3)];
+      });
+      std::copy(panels.begin(), panels.end(), wp.begin() + g * group_floats);
+    }
     return wp;
   });
-  const std::vector<float>& wp = *wp_packed;
-  const int64_t tiles = (pixels + kTile - 1) / kTile;
-#pragma omp parallel for collapse(3) schedule(static)
-  for (int64_t in = 0; in < n; ++in)
-    for (int64_t g = 0; g < groups; ++g)
-      for (int64_t t = 0; t < tiles; ++t) {
-        const int64_t p0 = t * kTile, p1 = std::min(pixels, p0 + kTile);
-        std::vector<float> col(static_cast<std::size_t>(kTile * kk)), acc(static_cast<std::size_t>(kTile * kColumnBlock));
-        for (int64_t p = p0; p < p1; ++p) {
-          const int64_t oy = p / ow, ox = p % ow;
-          float* cp = col.data() + (p - p0) * kk;
-          for (int64_t ic = 0; ic < c_per; ++ic)
-            for (int64_t ky = 0; ky < kh; ++ky) {
-              const int64_t iy = oy * sh - ph + ky * dh;
-              for (int64_t kx = 0; kx < kw; ++kx) {
-                const int64_t ix = ox * sw - pw + kx * dw;
-                *cp++ = iy < 0 || iy >= h || ix < 0 || ix >= w
-                            ? 0.0f
-                            : x[in * xs[0] + (g * c_per + ic) * xs[1] + iy * xs[2] + ix * xs[3]];
-              }
-            }
-        }
-        // a block of output channels at a time for the whole tile: each weight row is read once per tile
-        const float* wg = wp.data() + g * kk * oc_per;
-        const int64_t rows = p1 - p0;
-        for (int64_t j0 = 0; j0 < oc_per; j0 += kColumnBlock) {
-          const int64_t nj = std::min(kColumnBlock, oc_per - j0);
-          for (int64_t r = 0; r < rows; ++r)
-            std::copy(b.begin() + g * oc_per + j0, b.begin() + g * oc_per + j0 + nj, acc.data() + r * kColumnBlock);
-          tile_product(col.data(), kk, kk, wg + j0, oc_per, acc.data(), kColumnBlock, rows, nj);
-          for (int64_t r = 0; r < rows; ++r) {
-            const int64_t px = p0 + r;
-            float* yp = y + in * ys[0] + (g * oc_per + j0) * ys[1] + (px / ow) * ys[2] + (px % ow) * ys[3];
-            const float* a = acc.data() + r * kColumnBlock;
-            for (int64_t j = 0; j < nj; ++j) yp[j * ys[1]] = a[j];
-          }
-        }
-      }
+  // rows are pixels: one product over all images where the output's pixels are evenly spaced, else one per image
+  const bool even = ys[2] == ow * ys[3] && (n == 1 || ys[0] == pixels * ys[3]);
+  const int64_t images = even ? 1 : n, rows_per = even ? n * pixels : pixels;
+  const std::vector<float> zeros(static_cast<std::size_t>(c_per), 0.0f);  // a tap in the padding
+  std::vector<int64_t> pixel(static_cast<std::size_t>(3 * n * pixels)), taps(static_cast<std::size_t>(3 * kh * kw));
+  for (int64_t px = 0; px < n * pixels; ++px) {
+    const int64_t oy = (px % pixels) / ow, ox = px % ow;
+    pixel[3 * px] = oy * sh - ph;
+    pixel[3 * px + 1] = ox * sw - pw;
+    pixel[3 * px + 2] = (px / pixels) * xs[0];
+  }
+  for (int64_t t = 0; t < kh * kw; ++t) {
+    taps[3 * t] = (t / kw) * dh;
+    taps[3 * t + 1] = (t % kw) * dw;
+  }
+  for (int64_t image = 0; image < images; ++image)
+    for (int64_t g = 0; g < groups; ++g) {
+      const ConvRows src{x + g * c_per * xs[1], xs, pixel.data() + 3 * image * pixels, taps.data(), h, w, kh, kw, c_per, dh,
+                         dw, zeros.data()};
+      const Target target{y + image * ys[0] + g * oc_per * ys[1], ys[3], ys[1]};
+      gemm_rows(rows_per, oc_per, kk, src, wp_packed->data() + g * group_floats, target, b.data() + g * oc_per, false,
+                true);
+    }
   return out;
 }
 
@@ -396,44 +449,56 @@ void attention(const ShimTensor& q, const ShimTensor& k, const ShimTensor& v, bo
   float* op = static_cast<float*>(out.data());
   float* lp = static_cast<float*>(lse.data());
   const float sc = static_cast<float>(scale);
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t b = 0; b < nb; ++b)
-    for (int64_t h = 0; h < nh; ++h) {
-      // this head's keys and values as contiguous rows
-      std::vector<float> kr(static_cast<std::size_t>(ns * ne)), vr(static_cast<std::size_t>(ns * ev));
-      std::vector<float> qr(static_cast<std::size_t>(ne)), p(static_cast<std::size_t>(ns)), acc(static_cast<std::size_t>(ev));
-      for (int64_t j = 0; j < ns; ++j) {
-        for (int64_t e = 0; e < ne; ++e)
-          kr[j * ne + e] = kp[b * k.strides[0] + h * k.strides[1] + j * k.strides[2] + e * k.strides[3]];
-        for (int64_t e = 0; e < ev; ++e)
-          vr[j * ev + e] = vp[b * v.strides[0] + h * v.strides[1] + j * v.strides[2] + e * v.strides[3]];
+  const KernelSet& ks = kernels();
+  const int64_t heads = nb * nh;
+  const bool threaded = heads * nl * ns * (ne + ev) >= kParallelWork;
+  // each head's k^T and v as the products' panels, then blocks of query rows of every head as the threads' tasks
+  const int64_t kt_floats = (ns + ks.nr - 1) / ks.nr * ne * ks.nr, v_floats = (ev + ks.nr - 1) / ks.nr * ns * ks.nr;
+  std::vector<float> panels(static_cast<std::size_t>(heads * (kt_floats + v_floats)));
+#pragma omp parallel for schedule(static) if (threaded && heads > 1)
+  for (int64_t bh = 0; bh < heads; ++bh) {
+    const int64_t b = bh / nh, h = bh % nh;
+    const float* kh = kp + b * k.strides[0] + h * k.strides[1];
+    const float* vh = vp + b * v.strides[0] + h * v.strides[1];
+    const auto kt = pack_panels(ne, ns, ks.nr, [&](int64_t e, int64_t j) { return kh[j * k.strides[2] + e * k.strides[3]]; });
+    const auto vr = pack_panels(ns, ev, ks.nr, [&](int64_t j, int64_t e) { return vh[j * v.strides[2] + e * v.strides[3]]; });
+    std::copy(kt.begin(), kt.end(), panels.begin() + bh * (kt_floats + v_floats));
+    std::copy(vr.begin(), vr.end(), panels.begin() + bh * (kt_floats + v_floats) + kt_floats);
+  }
+  constexpr int64_t kQueryRows = 32;
+  const int64_t row_blocks = (nl + kQueryRows - 1) / kQueryRows;
+#pragma omp parallel for schedule(dynamic) if (threaded && heads * row_blocks > 1)
+  for (int64_t task = 0; task < heads * row_blocks; ++task) {
+    const int64_t bh = task / row_blocks, b = bh / nh, h = bh % nh;
+    const int64_t i0 = (task % row_blocks) * kQueryRows, rows = std::min(kQueryRows, nl - i0);
+    const float* kt = panels.data() + bh * (kt_floats + v_floats);
+    const float* vr = kt + kt_floats;
+    thread_local std::vector<float> scores, mask_row;
+    scores.resize(static_cast<std::size_t>(rows * ns));
+    mask_row.resize(static_cast<std::size_t>(ns));
+    gemm_rows(rows, ns, ne, Rows{qp + b * q.strides[0] + h * q.strides[1] + i0 * q.strides[2], q.strides[2],
+                                 q.strides[3], ne, 1.0f},
+              kt, Target{scores.data(), ns, 1}, nullptr, false, false);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t i = i0 + r;
+      const float* mrow = nullptr;
+      if (mp != nullptr) {
+        const float* m0 = mp + b * ms[0] + h * ms[1] + i * ms[2];
+        if (ms[3] == 1) {
+          mrow = m0;
+        } else {
+          for (int64_t j = 0; j < ns; ++j) mask_row[j] = m0[j * ms[3]];
+          mrow = mask_row.data();
+        }
       }
-      for (int64_t i = 0; i < nl; ++i) {
-        for (int64_t e = 0; e < ne; ++e)
-          qr[e] = qp[b * q.strides[0] + h * q.strides[1] + i * q.strides[2] + e * q.strides[3]];
-        float m = -INFINITY;
-        for (int64_t j = 0; j < ns; ++j) {
-          float s = causal && j > i ? -INFINITY : sc * dot(qr.data(), kr.data() + j * ne, ne);
-          if (mp != nullptr) s += mp[b * ms[0] + h * ms[1] + i * ms[2] + j * ms[3]];
-          p[j] = s;
-          m = std::max(m, s);
-        }
-        float sum = 0;
-        for (int64_t j = 0; j < ns; ++j) {
-          p[j] = std::exp(p[j] - m);
-          sum += p[j];
-        }
-        std::fill(acc.begin(), acc.end(), 0.0f);
-        for (int64_t j = 0; j < ns; ++j) {
-          const float w = p[j] / sum;
-          const float* vj = vr.data() + j * ev;
-          for (int64_t e = 0; e < ev; ++e) acc[e] += w * vj[e];
-        }
-        for (int64_t e = 0; e < ev; ++e)
-          op[b * out.strides[0] + h * out.strides[1] + i * out.strides[2] + e * out.strides[3]] = acc[e];
-        lp[b * lse.strides[0] + h * lse.strides[1] + i * lse.strides[2]] = m + std::log(sum);
-      }
+      lp[b * lse.strides[0] + h * lse.strides[1] + i * lse.strides[2]] =
+          ks.softmax_row(scores.data() + r * ns, ns, causal ? std::min(ns, i + 1) : ns, sc, mrow);
     }
+    gemm_rows(rows, ev, ns, Rows{scores.data(), ns, 1, ns, 1.0f}, vr,
+              Target{op + b * out.strides[0] + h * out.strides[1] + i0 * out.strides[2], out.strides[2],
+                     out.strides[3]},
+              nullptr, false, false);
+  }
 }
 
 }  // namespace

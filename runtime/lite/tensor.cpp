@@ -7,6 +7,7 @@
 #include <cstring>
 #include <new>
 #include <stdexcept>
+#include <unordered_map>
 
 namespace pt2rt::lite {
 
@@ -20,8 +21,62 @@ std::size_t element_size(int32_t dtype) {
   }
 }
 
+namespace {
+
+// Freed storages kept by size for the next run's tensors of the same sizes: a model's intermediates repeat from
+// run to run, and fresh memory costs a page fault per 4 KB each time. At most kPoolBytes kept; the rest freed.
+constexpr std::size_t kPoolBytes = std::size_t{512} << 20;
+
+struct Pool {
+  std::mutex mutex;
+  std::unordered_map<std::size_t, std::vector<void*>> free;
+  std::size_t kept = 0;
+};
+
+Pool& pool() {
+  static Pool* p = new Pool;  // never destroyed: a storage may outlive static destruction (a caller's output)
+  return *p;
+}
+
+// 64-byte multiples below a page, whole pages above
+std::size_t size_class(std::size_t bytes) {
+  return bytes < 4096 ? std::max<std::size_t>(64, (bytes + 63) / 64 * 64) : (bytes + 4095) / 4096 * 4096;
+}
+
+void* acquire(std::size_t capacity) {
+  {
+    Pool& p = pool();
+    std::lock_guard<std::mutex> lock(p.mutex);
+    auto it = p.free.find(capacity);
+    if (it != p.free.end() && !it->second.empty()) {
+      void* data = it->second.back();
+      it->second.pop_back();
+      p.kept -= capacity;
+      return data;
+    }
+  }
+  void* data = std::aligned_alloc(64, capacity);
+  if (data == nullptr) throw std::bad_alloc();
+  return data;
+}
+
+void release(void* data, std::size_t capacity) {
+  Pool& p = pool();
+  {
+    std::lock_guard<std::mutex> lock(p.mutex);
+    if (p.kept + capacity <= kPoolBytes) {
+      p.free[capacity].push_back(data);
+      p.kept += capacity;
+      return;
+    }
+  }
+  std::free(data);
+}
+
+}  // namespace
+
 Storage::~Storage() {
-  if (owned) std::free(data);
+  if (owned) release(data, capacity);
 }
 
 int64_t ShimTensor::numel() const {
@@ -112,9 +167,8 @@ std::unique_ptr<ShimTensor> empty_strided(const std::vector<int64_t>& sizes, con
   if (overflow || bytes > INT64_MAX - 64) throw std::length_error("empty_strided: the storage would pass 2^63 bytes");
   auto storage = std::make_shared<Storage>();
   storage->nbytes = static_cast<std::size_t>(bytes);
-  std::size_t rounded = (storage->nbytes + 63) / 64 * 64;
-  storage->data = std::aligned_alloc(64, rounded > 0 ? rounded : 64);
-  if (storage->data == nullptr) throw std::bad_alloc();
+  storage->capacity = size_class(storage->nbytes);
+  storage->data = acquire(storage->capacity);
   storage->owned = true;
   auto t = std::make_unique<ShimTensor>();
   t->storage = std::move(storage);

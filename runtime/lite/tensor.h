@@ -29,6 +29,7 @@ struct Storage {
   void* data = nullptr;
   std::size_t nbytes = 0;
   bool owned = false;     // false: a blob someone else frees (constants, caller's inputs)
+  std::size_t capacity = 0;  // of owned memory: the bytes allocated (a size class of the pool in tensor.cpp)
   bool constant = false;  // one of the model's constants (create_tensor_from_blob_v2): fixed for the model's life
   // Kernels' packed forms of a constant (weights rearranged for a convolution), by what they were packed for:
   // made once, freed with the constant.

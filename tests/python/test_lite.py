@@ -19,14 +19,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class Tagger(torch.nn.Module):
-    """Convolutions of every kind lite's shim runs (dense, strided, grouped, depthwise, 1-d), products (linear,
-    batched), attention (causal, and with a mask), and what inductor generates itself (norms, GELU's erf from Sleef,
-    softmax)."""
+    """Convolutions of every kind lite's shim runs (dense, strided, grouped, depthwise, 1-d; channels-last and
+    contiguous), products (linear, batched), attention (causal, and with a mask), and what inductor generates itself
+    (norms, GELU's erf from Sleef, softmax)."""
 
     def __init__(self):
         super().__init__()
         self.stem = torch.nn.Conv2d(3, 16, 3, stride=2, padding=1)
         self.depthwise = torch.nn.Conv2d(16, 16, 3, padding=2, dilation=2, groups=16)
+        self.dense = torch.nn.Conv2d(16, 16, 3, padding=1)  # channels-last, 16 channels: read in place
         self.grouped = torch.nn.Conv2d(16, 24, 3, groups=4, bias=False)
         self.conv1d = torch.nn.Conv1d(24, 64, 5, padding=2)  # 64 channels: every kernel width's full blocks
         self.norm = torch.nn.LayerNorm(64)
@@ -36,6 +37,7 @@ class Tagger(torch.nn.Module):
     def forward(self, x):
         y = torch.relu(self.stem(x))
         y = torch.nn.functional.gelu(self.depthwise(y)) + y
+        y = torch.relu(self.dense(y.contiguous(memory_format=torch.channels_last))) + y
         y = self.grouped(y).flatten(2)                       # [n, 24, h*w]
         y = self.conv1d(y).transpose(1, 2)                   # [n, h*w, 64]
         y = self.norm(y)
