@@ -5,7 +5,7 @@ BUILD_TYPE ?= Release
 TARGET ?= linux-aarch64
 export FLAVOUR BUILD_TYPE TARGET
 
-.PHONY: demo lite test test-all test-aarch64 test-x86-hosts test-torch container build cross-build bundle bootstrap sanitize tsan fuzz bench bench-peers package mutants clean
+.PHONY: demo lite test test-all test-aarch64 test-x86-hosts test-torch container build cross-build bundle bootstrap sanitize tsan fuzz bench bench-peers bench-lite package mutants clean
 demo:
 	@scripts/demo.sh
 test:
@@ -38,6 +38,8 @@ bench:
 	@scripts/bench.sh
 bench-peers:
 	@scripts/bench.sh peers
+bench-lite:
+	@scripts/bench.sh lite
 container:
 	@scripts/container.sh
 mutants:

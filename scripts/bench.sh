@@ -2,7 +2,8 @@
 # make bench: builds (Release), exports the example packages when missing, runs benchmarks/bench.py, then
 # benchmarks/serve_bench.py (pt2serve vs the KServe Python model server, in .venv-kserve; build/bench/serve), then
 # benchmarks/peers_bench.py (pt2run vs Python AOTInductor, eager, ONNX Runtime and OpenVINO, the peers in
-# .venv-peers; build/bench/peers; PEERS_ARGS for its options). Writes build/bench/report.json and
+# .venv-peers; build/bench/peers; PEERS_ARGS for its options), then benchmarks/lite_bench.py (pt2rt-lite against the
+# full runtime; build/bench/lite; LITE_ARGS; `scripts/bench.sh lite` alone). Writes build/bench/report.json and
 # build/bench/chart.png and prints the ratios. BENCH_ARGS=--quick for a smoke run. `scripts/bench.sh peers`
 # (make bench-peers): the peers benchmark alone. Keep the machine otherwise idle:
 # ratios are measured in one run, but noise still moves them.
@@ -28,8 +29,19 @@ peers() {
   "$PYTHON" benchmarks/peers_bench.py --pt2run "$BUILD_DIR/bin/pt2run" --ops "$IDENTITY_CONV_OPS_LIBRARY" \
     --peers-python "$ROOT/.venv-peers/bin/python" --out "$ROOT/build/bench/peers" ${PEERS_ARGS:-}
 }
+# lite: pt2rt-lite against the full runtime on the same packages (build/bench/lite; LITE_ARGS for its options)
+lite() {
+  log "lite benchmark -> build/bench/lite"
+  cd "$ROOT"
+  "$PYTHON" benchmarks/lite_bench.py --pt2run "$BUILD_DIR/bin/pt2run" --pt2run-lite "$BUILD_DIR/bin/pt2run_lite" \
+    --out "$ROOT/build/bench/lite" ${LITE_ARGS:-}
+}
 if [ "${1:-}" = peers ]; then
   peers
+  exit
+fi
+if [ "${1:-}" = lite ]; then
+  lite
   exit
 fi
 # export_if_missing PACKAGE FACTORY [EXPORT ARGS...]
@@ -61,5 +73,7 @@ log "serving benchmark -> build/bench/serve"
   --package "$PACKAGE" --conv-package "$CONV_PACKAGE" --classifier-package "$CLASSIFIER_PACKAGE" \
   --kserve-python "$KSERVE_VENV/bin/python" \
   --out "$ROOT/build/bench/serve" $(case " ${BENCH_ARGS:-} " in *" --quick "*) echo "--seconds 1" ;; esac)
-case " ${BENCH_ARGS:-} " in *" --quick "*) PEERS_ARGS="--rounds 1 --scale 0.2 ${PEERS_ARGS:-}" ;; esac
+case " ${BENCH_ARGS:-} " in *" --quick "*) PEERS_ARGS="--rounds 1 --scale 0.2 ${PEERS_ARGS:-}"
+  LITE_ARGS="--rounds 1 --scale 0.2 ${LITE_ARGS:-}" ;; esac
 peers
+lite
