@@ -432,15 +432,67 @@ def _dims(t: torch.Tensor, ep: torch.export.ExportedProgram, names: dict, is_inp
     return shape, dyn
 
 
+# ops that read a table at positions an integer tensor gives: (index argument, table argument, table dim, whether
+# negative positions count from the end)
+_INDEXING = {"aten.embedding.default": (1, 0, 0, False), "aten.index_select.default": (2, 0, None, False)}
+# ops through which an input's values pass unchanged (views, copies, integer conversions)
+_SAME_VALUES = {"aten.view.default", "aten.reshape.default", "aten._unsafe_view.default", "aten.unsqueeze.default",
+                "aten.squeeze.dim", "aten.squeeze.dims", "aten.squeeze.default", "aten.flatten.using_ints",
+                "aten.clone.default", "aten.contiguous.default", "aten.expand.default", "aten.permute.default",
+                "aten.transpose.int", "aten.t.default", "aten.slice.Tensor", "aten.select.int",
+                "aten._to_copy.default", "aten.to.dtype", "aten.alias.default", "aten.detach.default"}
+
+
+def _value_ranges(ep) -> dict[str, dict[str, Any]]:
+    """The user inputs whose values index a table (an embedding's token ids): input name -> {min, max, indexes}.
+    The generated code checks each index inside a parallel loop, where a failed check aborts the process; a runtime
+    checks these ranges before it runs the model instead."""
+    user = set(ep.graph_signature.user_inputs)
+    ranges: dict[str, dict[str, Any]] = {}
+    for node in ep.graph.nodes:
+        entry = _INDEXING.get(str(node.target))
+        if node.op != "call_function" or entry is None:
+            continue
+        index_arg, table_arg, table_dim, _ = entry
+        if len(node.args) <= max(index_arg, table_arg):
+            continue
+        dim = table_dim if table_dim is not None else node.args[1]
+        table = node.args[table_arg].meta.get("val") if hasattr(node.args[table_arg], "meta") else None
+        src = node.args[index_arg]
+        while hasattr(src, "op") and src.op == "call_function" and str(src.target) in _SAME_VALUES and src.args:
+            if str(src.target) in ("aten._to_copy.default", "aten.to.dtype") and \
+                    not _integer(src.meta.get("val")):
+                break
+            src = src.args[0]
+        if table is None or not hasattr(src, "op") or src.op != "placeholder" or src.name not in user:
+            continue
+        rows = table.shape[dim if dim >= 0 else dim + table.dim()]
+        if not isinstance(rows, int) or not _integer(src.meta.get("val")):
+            continue
+        what = f"{node.target.overloadpacket.__name__ if hasattr(node.target, 'overloadpacket') else node.target}"
+        new = {"min": 0, "max": rows - 1, "indexes": f"aten.{what} of {rows} rows"}
+        old = ranges.get(src.name)
+        if old is None or new["max"] < old["max"]:
+            ranges[src.name] = new
+    return ranges
+
+
+def _integer(val) -> bool:
+    return isinstance(val, torch.Tensor) and not val.dtype.is_floating_point and not val.dtype.is_complex \
+        and val.dtype != torch.bool
+
+
 def _spec(ep, path: Path, device, dims, used, metadata, n_outputs) -> dict[str, Any]:
     names = dynamic.symbol_names(ep, dims)
     sig = ep.graph_signature
     placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
     inputs = []
+    values = _value_ranges(ep)
     for name in sig.user_inputs:
         val = placeholders[name].meta["val"]
         shape, dyn = _dims(val, ep, names, True)
-        inputs.append({"name": name, "dtype": _golden.dtype_name(val.dtype), "shape": shape, "dynamic_dims": dyn})
+        inputs.append({"name": name, "dtype": _golden.dtype_name(val.dtype), "shape": shape, "dynamic_dims": dyn,
+                       **({"values": values[name]} if name in values else {})})
     output_node = next(n for n in ep.graph.nodes if n.op == "output")
     outputs = []
     for i, node in enumerate(output_node.args[0][:n_outputs]):

@@ -37,7 +37,7 @@ SHIM_FUNCTIONS = frozenset({
     "aoti_torch_get_device_index", "aoti_torch_get_storage_offset", "aoti_torch_is_contiguous",
     "aoti_torch_is_defined", "aoti_torch_new_tensor_handle", "aoti_torch__reinterpret_tensor",
     "aoti_torch_empty_strided", "aoti_torch_create_tensor_from_blob", "aoti_torch_create_tensor_from_blob_v2",
-    "aoti_torch_clone", "aoti_torch_clone_preserve_strides", "aoti_torch_copy_",
+    "aoti_torch_clone", "aoti_torch_clone_preserve_strides", "aoti_torch_copy_", "aoti_torch_check",
     "aoti_torch_cpu_addmm_out", "aoti_torch_cpu_mm_out", "aoti_torch_cpu_bmm_out", "aoti_torch_cpu_convolution",
     "aoti_torch_cpu__scaled_dot_product_flash_attention_for_cpu",
 })

@@ -132,6 +132,11 @@ std::vector<pt2rt::Tensor> Model::infer(std::vector<pt2rt::Tensor> inputs) {
 bool Model::submit(std::vector<pt2rt::Tensor>& inputs, Completion done) {
   if (!ready()) throw Unavailable("model " + name_ + " version " + version_ + " is not loaded: " + load_error_);
   if (!joinable(inputs)) return false;
+  {  // alone first: one request's bad input fails that request, not the batch it would join
+    std::vector<pt2rt::TensorView> views;
+    for (const auto& t : inputs) views.push_back(t.view());
+    pt2rt::check_inputs(spec(), views);
+  }
   auto pending = std::make_unique<Pending>();
   pending->rows = inputs[0].shape()[0];
   pending->queued = std::chrono::steady_clock::now();

@@ -230,8 +230,8 @@ Runtime Runtime::load_from_memory(const void* bytes, std::size_t size, const Opt
 
 namespace {
 
-// The checks the full runtime makes before a run: against the spec, then each shape's byte size within int64.
-void check_inputs(const Spec& spec, const std::vector<TensorView>& inputs) {
+// The checks the full runtime makes before a run: against the spec (lite has no CUDA), then each shape's byte size
+void check_before_run(const Spec& spec, const std::vector<TensorView>& inputs) {
   detail::validate_inputs(spec, inputs, /*cuda_available=*/false);
   for (const auto& v : inputs) detail::check_shape(v, "tensor view");
 }
@@ -239,13 +239,13 @@ void check_inputs(const Spec& spec, const std::vector<TensorView>& inputs) {
 }  // namespace
 
 std::vector<Tensor> Runtime::run(const std::vector<TensorView>& inputs) const {
-  check_inputs(impl_->spec, inputs);
+  check_before_run(impl_->spec, inputs);
   return run_model(*impl_, inputs);
 }
 
 void Runtime::run_into(const std::vector<TensorView>& inputs, const std::vector<OutputView>& outputs) const {
   const Spec& spec = impl_->spec;
-  check_inputs(spec, inputs);
+  check_before_run(spec, inputs);
   detail::check_output_views(spec, inputs, outputs);
   const std::vector<Tensor> outs = run_model(*impl_, inputs);
   for (size_t i = 0; i < outs.size(); ++i) {

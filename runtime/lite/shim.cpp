@@ -159,3 +159,11 @@ AOTITorchError pt2rt_lite_aoti_torch_clone_preserve_strides(AtenTensorHandle sel
 AOTITorchError pt2rt_lite_aoti_torch_copy_(AtenTensorHandle self, AtenTensorHandle src, int32_t) {
   return guarded("copy_", [&] { copy_strided(*as_tensor(self), *as_tensor(src)); });
 }
+void pt2rt_lite_aoti_torch_check(bool cond, const char* func, const char* file, uint32_t line, const char* msg) {
+  if (cond) return;
+  std::string what = msg != nullptr && *msg != '\0' ? msg : "a check failed";
+  what += std::string(" (in ") + (func != nullptr ? func : "?") + ", " + (file != nullptr ? file : "?") + ":" +
+          std::to_string(line) + ")";
+  set_last_error("the model's check failed: " + what);
+  throw std::runtime_error(what);
+}

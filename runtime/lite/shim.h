@@ -72,6 +72,10 @@ PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_clone_preserve_strides(Aten
                                                                             AtenTensorHandle* ret);
 PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_copy_(AtenTensorHandle self, AtenTensorHandle src,
                                                            int32_t non_blocking);
+// The model's own checks (AOTI_TORCH_CHECK: an index in bounds): throws, with the message kept in last_error(),
+// into the model container, which returns a failure.
+PT2RT_LITE_SHIM void pt2rt_lite_aoti_torch_check(bool cond, const char* func, const char* file, uint32_t line,
+                                                 const char* msg);
 
 // Kernels (ops.cpp)
 PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_cpu_addmm_out(AtenTensorHandle out, AtenTensorHandle self,
@@ -131,6 +135,7 @@ PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_cpu__scaled_dot_product_fla
   X(aoti_torch_clone) \
   X(aoti_torch_clone_preserve_strides) \
   X(aoti_torch_copy_) \
+  X(aoti_torch_check) \
   X(aoti_torch_cpu_addmm_out) \
   X(aoti_torch_cpu_mm_out) \
   X(aoti_torch_cpu_bmm_out) \

@@ -18,7 +18,8 @@ std::string shape_str(const std::vector<int64_t>& shape);
 std::string dims_str(const TensorSpec& t);
 // Inputs against the spec (count, dtype, rank, static dims, dynamic ranges and relations, null data): Error(Input).
 // cuda_available: whether a CUDA view can be copied to the package's device on this host.
-void validate_inputs(const Spec& spec, const std::vector<TensorView>& inputs, bool cuda_available);
+// values: also each element against its input's value range (false where the views hold shapes only)
+void validate_inputs(const Spec& spec, const std::vector<TensorView>& inputs, bool cuda_available, bool values = true);
 // A DType's code in c10's ScalarType numbering (AOTInductor's shim passes these), and back.
 int32_t dtype_code(DType dtype);
 std::optional<DType> dtype_of_code(int32_t code);

@@ -48,6 +48,10 @@ std::vector<int64_t> integers(const nlohmann::json& j, const std::string& what, 
   return out;
 }
 
+bool is_integer_dtype(DType d) {
+  return d == DType::Int64 || d == DType::Int32 || d == DType::Int16 || d == DType::Int8 || d == DType::UInt8;
+}
+
 TensorSpec parse_tensor(const nlohmann::json& j, const std::string& path) {
   TensorSpec t;
   t.name = j.at("name").get<std::string>();
@@ -56,6 +60,16 @@ TensorSpec parse_tensor(const nlohmann::json& j, const std::string& path) {
   if (!dtype) malformed(path, "tensor " + t.name + " has unsupported dtype '" + dtype_text + "'");
   t.dtype = *dtype;
   t.shape = integers(j.at("shape"), "tensor " + t.name + " shape", path);
+  if (j.contains("values")) {
+    const auto& v = j.at("values");
+    ValueRange r;
+    r.min = integer(v.at("min"), "tensor " + t.name + " values min", path);
+    r.max = integer(v.at("max"), "tensor " + t.name + " values max", path);
+    r.indexes = v.at("indexes").get<std::string>();
+    if (r.max < r.min) malformed(path, "tensor " + t.name + " has an empty values range");
+    if (!is_integer_dtype(t.dtype)) malformed(path, "tensor " + t.name + " has a values range but dtype " + dtype_text);
+    t.values = r;
+  }
   for (const auto& d : j.at("dynamic_dims")) {
     DynamicDim dim;
     const int64_t index = integer(d.at("dim"), "tensor " + t.name + " dynamic dim", path);

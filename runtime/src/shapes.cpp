@@ -42,7 +42,34 @@ std::string dims_str(const TensorSpec& t) {
   return out + "]";
 }
 
-void validate_inputs(const Spec& spec, const std::vector<TensorView>& inputs, bool cuda_available) {
+namespace {
+
+template <class T>
+void check_range(const void* data, int64_t numel, const ValueRange& r, const std::string& who) {
+  const T* p = static_cast<const T*>(data);
+  for (int64_t i = 0; i < numel; ++i) {
+    const auto x = static_cast<int64_t>(p[i]);
+    if (x < r.min || x > r.max)
+      throw Error(ErrorCode::Input, who + ": element " + std::to_string(i) + " is " + std::to_string(x) +
+                                        ", outside " + std::to_string(r.min) + ".." + std::to_string(r.max) +
+                                        " (it indexes " + r.indexes + ")");
+  }
+}
+
+void check_values(const TensorView& v, int64_t numel, const ValueRange& r, const std::string& who) {
+  switch (v.dtype) {
+    case DType::Int64: return check_range<int64_t>(v.data, numel, r, who);
+    case DType::Int32: return check_range<int32_t>(v.data, numel, r, who);
+    case DType::Int16: return check_range<int16_t>(v.data, numel, r, who);
+    case DType::Int8: return check_range<int8_t>(v.data, numel, r, who);
+    case DType::UInt8: return check_range<uint8_t>(v.data, numel, r, who);
+    default: return;
+  }
+}
+
+}  // namespace
+
+void validate_inputs(const Spec& spec, const std::vector<TensorView>& inputs, bool cuda_available, bool values) {
   if (inputs.size() != spec.inputs.size()) {
     std::string names;
     for (const auto& t : spec.inputs) names += (names.empty() ? "" : ", ") + t.name;
@@ -107,6 +134,11 @@ void validate_inputs(const Spec& spec, const std::vector<TensorView>& inputs, bo
                                           "runs on " + device_name(device) + ")");
     }
     if (v.data == nullptr && numel != 0) throw Error(ErrorCode::Input, who + ": data is null");
+    // an index past its table would fail the model's own check inside a parallel loop, which aborts the process
+    if (values && s.values && v.device == Device::CPU) {
+      check_shape(v, "tensor view");  // numel within int64
+      check_values(v, numel, *s.values, who);
+    }
   }
 }
 
@@ -182,3 +214,8 @@ std::string differs_reason(size_t o, const Tolerance& tol, bool fixed) {
 }
 
 }  // namespace pt2rt::detail
+
+void pt2rt::check_inputs(const Spec& spec, const std::vector<TensorView>& inputs) {
+  detail::validate_inputs(spec, inputs, true);  // where the memory lives is run()'s to check
+  for (const auto& v : inputs) detail::check_shape(v, "tensor view");
+}

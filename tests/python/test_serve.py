@@ -1417,3 +1417,62 @@ def test_folder_names_that_are_no_model_names_are_not_served(exported, tmp_path,
         assert sorted(warned) == sorted(names[:3] + (["later x"] if mode == "poll" else [])), warned
     finally:
         assert s.stop() == 0
+
+
+class _TokenTagger(torch.nn.Module):
+    """Token ids through an embedding of 50 rows: ids are the model's to bound-check, inside a parallel loop."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(50, 8)
+        self.head = torch.nn.Linear(8, 3)
+
+    def forward(self, tokens):
+        return self.head(self.embed(tokens))
+
+
+def test_a_token_id_past_the_embedding_is_a_400_alone_and_the_server_serves_on(tmp_path):
+    """A token id outside the embedding's rows failed the model's own check inside a parallel loop, which aborted
+    pt2serve. It is a 400 naming the element, checked before the request joins a batch: a good request that would
+    have shared the batch is answered."""
+    from export_tools import export_package
+    torch.manual_seed(0)
+    model = _TokenTagger().eval()
+    package = export_package(model, (torch.randint(0, 50, (1, 6)),), tmp_path / "tagger.pt2", dynamic_batch=(1, 8),
+                             cpu_isa="default")
+    repo = tmp_path / "models"
+    (repo / "tagger" / "1").mkdir(parents=True)
+    os.link(package, repo / "tagger" / "1" / "model.pt2")
+    # a batch of 2 rows runs at once; one row waits 0.2 s for another
+    (repo / "tagger" / "config.json").write_text(json.dumps(
+        {"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_microseconds": 200000,
+                                                   "preferred_batch_size": [2]}}))
+    s = Serving(repo)
+    try:
+        def ask(tokens):
+            inp = tritonhttp.InferInput("tokens", list(tokens.shape), "INT64")
+            inp.set_data_from_numpy(tokens, binary_data=True)
+            return s.client.async_infer("tagger", [inp])
+
+        good = np.array([[1, 2, 3, 4, 5, 49]], np.int64)
+        for bad_id in (50, -1, 1 << 40):
+            bad = good.copy()
+            bad[0, 2] = bad_id
+            pending = [ask(bad), ask(good)]
+            with pytest.raises(InferenceServerException) as err:
+                pending[0].get_result()
+            assert "400" in str(err.value.status()), err.value
+            assert f"element 2 is {bad_id}, outside 0..49 (it indexes aten.embedding of 50 rows)" in err.value.message()
+            with torch.no_grad():
+                expected = model(torch.from_numpy(good)).numpy()
+            np.testing.assert_allclose(pending[1].get_result().as_numpy("output_0"), expected, rtol=1e-5, atol=1e-6)
+        for tokens in (np.array([[7, 70, 0, 0, 0, 0]], np.int64), good):  # alone (gRPC): the same
+            inp = tritongrpc.InferInput("tokens", list(tokens.shape), "INT64")
+            inp.set_data_from_numpy(tokens)
+            if tokens.max() < 50:
+                assert s.grpc.infer("tagger", [inp]).as_numpy("output_0").shape == (1, 6, 3)
+            else:
+                with pytest.raises(tritongrpc.InferenceServerException, match="element 1 is 70, outside 0..49"):
+                    s.grpc.infer("tagger", [inp])
+    finally:
+        assert s.stop() == 0

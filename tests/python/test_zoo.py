@@ -2,12 +2,13 @@
 through `pt2run run` at sizes inside every range and compared with eager."""
 
 import json
+import subprocess
 
 import pytest
 import torch
 
 import zoo
-from packages import pt2run
+from packages import pt2run, pt2run_path
 from export_tools import export_package, read_golden, read_spec
 from export_tools.golden import compare
 
@@ -21,8 +22,9 @@ def zoo_package(tmp_path_factory):
         if name not in cache:
             factory, shapes, *given = zoo.RECIPES[name]
             model, inputs = factory()
+            # the encoder with lite variants too: a transformer with a padding mask and token ids in lite
             path = export_package(model, inputs, out / f"{name}.pt2", dynamic_shapes=shapes(), golden=5,
-                                  golden_inputs=given[0]() if given else ())
+                                  golden_inputs=given[0]() if given else (), lite=name == "encoder")
             cache[name] = (path, model, inputs)
         return cache[name]
 
@@ -35,10 +37,16 @@ def run_eager(model, inputs):
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
-def run_pt2run(path, inputs, tmp_path):
+def pt2run_lite(*args):
+    """pt2run on the lite library, beside the full one"""
+    return subprocess.run([str(pt2run_path().parent / "pt2run_lite"), *map(str, args)], capture_output=True,
+                          text=True, timeout=300)
+
+
+def run_pt2run(path, inputs, tmp_path, run=pt2run):
     src, dst = tmp_path / "in.pt", tmp_path / "out.pt"
     torch.save(list(inputs), src)
-    result = pt2run("run", path, "--input", src, "--output", dst)
+    result = run("run", path, "--input", src, "--output", dst)
     assert result.returncode == 0, result.stderr
     out = torch.load(dst)
     return list(out) if isinstance(out, (tuple, list)) else [out]
@@ -48,9 +56,9 @@ def dims(spec, which="inputs"):
     return {(e["name"], d["dim"]): d for e in spec[which] for d in e["dynamic_dims"]}
 
 
-def assert_matches_eager(path, model, inputs, tmp_path):
+def assert_matches_eager(path, model, inputs, tmp_path, run=pt2run):
     """pt2run's outputs vs eager's, by the golden cases' own rule."""
-    actual, expected = run_pt2run(path, inputs, tmp_path), run_eager(model, inputs)
+    actual, expected = run_pt2run(path, inputs, tmp_path, run), run_eager(model, inputs)
     passed, _, _, reason = compare(actual, expected)
     assert passed, reason
 
@@ -96,10 +104,23 @@ def test_transformer_encoder_with_dynamic_batch_and_sequence(zoo_package, tmp_pa
         padding = torch.rand(batch, seq) > 0.6
         padding[:, 0] = False  # a row of padding only is no input (eager gives NaN)
         assert_matches_eager(path, model, (tokens, padding), tmp_path)
+        assert_matches_eager(path, model, (tokens, padding), tmp_path, run=pt2run_lite)
     mismatch = pt2run("run", path, "--input", _saved(tmp_path, [torch.randint(0, 100, (2, 5)),
                                                                  torch.zeros(2, 6, dtype=torch.bool)]),
                       "--output", tmp_path / "x.pt")
     assert mismatch.returncode == 5 and "(seq) is 6, but input 0 (tokens) has seq = 5" in mismatch.stderr, mismatch.stderr
+    # token ids index the embedding's 100 rows: the spec says so, and a run refuses one outside (the model's own
+    # check fails inside a parallel loop, which aborted the process)
+    assert spec["inputs"][0]["values"] == {"min": 0, "max": 99, "indexes": "aten.embedding of 100 rows"}
+    assert "values" not in spec["inputs"][1]
+    for bad_token, run in ((100, pt2run), (-1, pt2run), (2**40, pt2run), (100, pt2run_lite), (-7, pt2run_lite)):
+        tokens = torch.randint(0, 100, (2, 5))
+        tokens[1, 3] = bad_token
+        outside = run("run", path, "--input", _saved(tmp_path, [tokens, torch.zeros(2, 5, dtype=torch.bool)]),
+                      "--output", tmp_path / "x.pt")
+        assert outside.returncode == 5, outside.stderr
+        assert f"input 0 (tokens): element 8 is {bad_token}, outside 0..99 (it indexes aten.embedding of 100 rows)" \
+            in outside.stderr, outside.stderr
 
 
 def test_derived_dims_and_two_outputs(zoo_package, tmp_path):

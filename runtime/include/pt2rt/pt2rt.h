@@ -131,11 +131,19 @@ struct DynamicDim {
   int64_t offset = 0;
 };
 
+// The values an integer input may hold, where it indexes a table (an embedding's token ids): min..max inclusive.
+struct ValueRange {
+  int64_t min = 0;
+  int64_t max = 0;
+  std::string indexes;  // what it indexes, e.g. "aten.embedding of 500 rows"
+};
+
 struct TensorSpec {
   std::string name;
   DType dtype = DType::Float32;
   std::vector<int64_t> shape;  // -1 where dynamic
   std::vector<DynamicDim> dynamic_dims;
+  std::optional<ValueRange> values;  // inputs only; run() refuses an element outside it
 };
 
 struct CustomOpSpec {
@@ -326,6 +334,9 @@ PT2RT_API int remove_stale_temp_dirs();
 
 PT2RT_API const char* version();
 PT2RT_API const char* torch_version();
+// Throws the Error (ErrorCode::Input) run() would for these inputs - count, dtype, shape, dynamic ranges, values -
+// without running: a server checks each request alone before it joins a batch.
+PT2RT_API void check_inputs(const Spec& spec, const std::vector<TensorView>& inputs);
 // True in pt2rt-lite (a libpt2rt without libtorch: it loads a package's lite variants, Spec::lite_variants).
 PT2RT_API bool is_lite();
 // Threads each run() may use inside torch's kernels (torch's intra-op threads; default: one per core).
