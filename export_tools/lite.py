@@ -40,7 +40,20 @@ SHIM_FUNCTIONS = frozenset({
     "aoti_torch_clone", "aoti_torch_clone_preserve_strides", "aoti_torch_copy_", "aoti_torch_check",
     "aoti_torch_cpu_addmm_out", "aoti_torch_cpu_mm_out", "aoti_torch_cpu_bmm_out", "aoti_torch_cpu_convolution",
     "aoti_torch_cpu__scaled_dot_product_flash_attention_for_cpu",
+    "aoti_torch_cpu_rnn_layer", "aoti_torch_cpu_lstm_layer",
 })
+# Custom ops the lite runtime runs itself (runtime/lite/rnn.cpp: the recurrent layers export_tools.recurrent makes),
+# called by the C function inductor is told to call in their place (aot_inductor.custom_ops_to_c_shims)
+BUILTIN_OPS = {
+    "pt2rt::rnn_layer": "AOTITorchError aoti_torch_cpu_rnn_layer(AtenTensorHandle gi, AtenTensorHandle h0, "
+                        "const AtenTensorHandle* whh_t, int64_t whh_t_len_, const AtenTensorHandle* bhh, "
+                        "int64_t bhh_len_, const char* mode, int32_t batch_first, AtenTensorHandle* ret0, "
+                        "AtenTensorHandle* ret1)",
+    "pt2rt::lstm_layer": "AOTITorchError aoti_torch_cpu_lstm_layer(AtenTensorHandle gi, AtenTensorHandle h0, "
+                         "AtenTensorHandle c0, const AtenTensorHandle* whh_t, int64_t whh_t_len_, "
+                         "const AtenTensorHandle* bhh, int64_t bhh_len_, int32_t batch_first, "
+                         "AtenTensorHandle* ret0, AtenTensorHandle* ret1, AtenTensorHandle* ret2)",
+}
 # What a lite library may need besides the shim (DT_NEEDED); the lite bundle ships Sleef.
 LIBRARIES = ("libgomp.so.1", "libsleef.so.3", "libstdc++.so.6", "libm.so.6", "libgcc_s.so.1", "libc.so.6",
              "ld-linux-x86-64.so.2", "ld-linux-aarch64.so.1")
@@ -71,10 +84,10 @@ def refuse_unrunnable(custom: dict[str, Any], ep=None) -> None:
         name = next(iter(custom["classes"]))
         raise LiteError(f"lite cannot run TorchBind objects: the model uses {name} (lite has no class registry); "
                         f"export without lite, or keep the object's work in an op")
-    if custom["ops"]:
-        name = next(iter(custom["ops"].values()))._schema.name  # "ns::op"
-        raise LiteError(f"lite has no kernel for the custom op {name}: lite runs aten ops only so far; export "
-                        f"without lite")
+    foreign = [op._schema.name for op in custom["ops"].values() if op._schema.name not in BUILTIN_OPS]
+    if foreign:
+        raise LiteError(f"lite has no kernel for the custom op {foreign[0]}: lite runs aten ops and its own "
+                        f"({', '.join(BUILTIN_OPS)}) so far; export without lite")
 
 
 def _mutated_state(ep) -> list[str]:
@@ -104,6 +117,7 @@ def rename_header(torch_include: Path) -> str:
         for header in root.rglob("*.h"):
             names.update(re.findall(r"\baoti_torch_\w+", header.read_text(errors="replace")))
     lines = ["// made by export_tools.lite: the shim's names as the lite runtime exports them", "#pragma once"]
+    names.update(re.search(r"\b(aoti_torch_\w+)\(", decl).group(1) for decl in BUILTIN_OPS.values())
     lines += [f"#define {n} {PREFIX}{n}" for n in sorted(names)]
     return "\n".join(lines) + "\n"
 
@@ -161,8 +175,22 @@ def compiling():
     """inductor set up for a lite compile for the duration (inside the CPU variant's own settings)."""
     from torch._inductor import config as inductor_config
 
-    with inductor_config.patch(INDUCTOR_CONFIG):
+    with inductor_config.patch({**INDUCTOR_CONFIG, "aot_inductor.custom_ops_to_c_shims": _builtin_shims()}):
         yield
+
+
+def _builtin_shims() -> dict[Any, list[str]]:
+    """BUILTIN_OPS for inductor: the OpOverloads this process has (recurrent.py's, where libpt2rt_kernels loaded)."""
+    import torch
+
+    shims = {}
+    for name, decl in BUILTIN_OPS.items():
+        ns, op = name.split("::")
+        try:
+            shims[getattr(getattr(torch.ops, ns), op).default] = [decl]
+        except (AttributeError, RuntimeError):
+            continue
+    return shims
 
 
 def library_from_cpp_package(cpp_package: Path) -> Library:

@@ -110,9 +110,12 @@ void load_opened(Runtime::Impl& impl, const Options& options) {
   if (spec.lite_variants.empty()) {
     throw Error(ErrorCode::Package, path + " has no lite variants: export it with --lite to run it without libtorch");
   }
-  if (!spec.custom_ops.empty() || !spec.custom_classes.empty()) {
-    const std::string name = spec.custom_ops.empty() ? spec.custom_classes[0].name : spec.custom_ops[0].name;
-    throw Error(ErrorCode::OpsLibrary, path + " needs " + name + " from an ops library; pt2rt-lite runs no ops libraries");
+  // the recurrent layers' ops are lite's own (rnn.cpp); any other needs an ops library, which lite does not load
+  std::string foreign = spec.custom_classes.empty() ? "" : spec.custom_classes[0].name;
+  for (const auto& op : spec.custom_ops)
+    if (foreign.empty() && op.name != "pt2rt::rnn_layer" && op.name != "pt2rt::lstm_layer") foreign = op.name;
+  if (!foreign.empty()) {
+    throw Error(ErrorCode::OpsLibrary, path + " needs " + foreign + " from an ops library; pt2rt-lite runs no ops libraries");
   }
   Spec lite = spec;  // select_variant chooses among a spec's variants
   lite.variants = spec.lite_variants;

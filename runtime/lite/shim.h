@@ -94,6 +94,20 @@ PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_cpu__scaled_dot_product_fla
     AtenTensorHandle query, AtenTensorHandle key, AtenTensorHandle value, double dropout_p, int32_t is_causal,
     AtenTensorHandle* attn_mask, double* scale, AtenTensorHandle* ret0, AtenTensorHandle* ret1);
 
+// The recurrent layers export_tools.recurrent makes (pt2rt::rnn_layer, pt2rt::lstm_layer; rnn.cpp): what the
+// generated code calls in their place (export_tools.lite.BUILTIN_OPS declares them to inductor)
+PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_cpu_rnn_layer(AtenTensorHandle gi, AtenTensorHandle h0,
+                                                                   const AtenTensorHandle* whh_t, int64_t whh_t_len,
+                                                                   const AtenTensorHandle* bhh, int64_t bhh_len,
+                                                                   const char* mode, int32_t batch_first,
+                                                                   AtenTensorHandle* ret0, AtenTensorHandle* ret1);
+PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_cpu_lstm_layer(AtenTensorHandle gi, AtenTensorHandle h0,
+                                                                    AtenTensorHandle c0,
+                                                                    const AtenTensorHandle* whh_t, int64_t whh_t_len,
+                                                                    const AtenTensorHandle* bhh, int64_t bhh_len,
+                                                                    int32_t batch_first, AtenTensorHandle* ret0,
+                                                                    AtenTensorHandle* ret1, AtenTensorHandle* ret2);
+
 // Every shim function by name (what export_tools.lite.SHIM_FUNCTIONS lists): runtime.cpp keeps them all in a static
 // link, where nothing else in the program calls them but the model library does, by name.
 #define PT2RT_LITE_SHIM_FUNCTIONS(X) \
@@ -140,4 +154,6 @@ PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_cpu__scaled_dot_product_fla
   X(aoti_torch_cpu_mm_out) \
   X(aoti_torch_cpu_bmm_out) \
   X(aoti_torch_cpu_convolution) \
-  X(aoti_torch_cpu__scaled_dot_product_flash_attention_for_cpu)
+  X(aoti_torch_cpu__scaled_dot_product_flash_attention_for_cpu) \
+  X(aoti_torch_cpu_rnn_layer) \
+  X(aoti_torch_cpu_lstm_layer)

@@ -472,3 +472,44 @@ def test_outputs_that_view_an_input_are_copies_in_their_own_layout(tmp_path):
     assert result.returncode == 0, result.stderr
     view, doubled = torch.load(tmp_path / "y.pt")
     assert view.is_contiguous() and torch.equal(view, x.t()) and torch.equal(doubled, x * 2)
+
+
+class _Recurrent(torch.nn.Module):
+    """Token ids, a 2-layer bidirectional GRU, an LSTM and a ReLU RNN (time-major): export_tools.recurrent's
+    pt2rt::rnn_layer and pt2rt::lstm_layer, which lite runs itself."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(100, 16)
+        self.gru = torch.nn.GRU(16, 24, num_layers=2, bidirectional=True, batch_first=True)
+        self.lstm = torch.nn.LSTM(48, 20, batch_first=True)
+        self.rnn = torch.nn.RNN(20, 8, nonlinearity="relu")
+        self.head = torch.nn.Linear(8, 5)
+
+    def forward(self, tokens):
+        y, h = self.gru(self.embed(tokens))
+        z, (_, c) = self.lstm(y)
+        w, _ = self.rnn(z.transpose(0, 1))
+        return self.head(w), h, c
+
+
+def test_recurrent_layers_run_in_lite_equal_to_eager(tmp_path):
+    torch.manual_seed(0)
+    model = _Recurrent().eval()
+    path = export_package(model, (torch.randint(0, 100, (3, 7)),), tmp_path / "recurrent.pt2", lite=True,
+                          cpu_isa="default")
+    spec = read_spec(path)
+    assert {op["name"] for op in spec["custom_ops"]} == {"pt2rt::rnn_layer", "pt2rt::lstm_layer"}
+    for kernels in ("baseline", ""):
+        env = dict(__import__("os").environ, PT2RT_LITE_KERNELS=kernels)
+        result = subprocess.run([str(_pt2run_lite()), "verify", str(path)], capture_output=True, text=True, env=env)
+        assert result.returncode == 0, result.stdout + result.stderr
+        x = torch.randint(0, 100, (3, 7))
+        torch.save([x], tmp_path / "x.pt")
+        result = subprocess.run([str(_pt2run_lite()), "run", str(path), "--input", str(tmp_path / "x.pt"),
+                                 "--output", str(tmp_path / "y.pt")], capture_output=True, text=True, env=env)
+        assert result.returncode == 0, result.stderr
+        with torch.no_grad():
+            expected = model(x)
+        for a, e in zip(torch.load(tmp_path / "y.pt"), expected):
+            torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-5)
