@@ -22,8 +22,9 @@ build:
 	@scripts/build.sh
 cross-build:
 	@scripts/cross-build.sh
+# make lite: this machine's; make lite TARGET=linux-aarch64: aarch64's (TARGET's default above is cross-build's)
 lite:
-	@scripts/lite.sh
+	@LITE_TARGET=$(if $(filter file,$(origin TARGET)),,$(TARGET)) scripts/lite.sh
 bundle:
 	@scripts/bundle.sh
 bootstrap:

@@ -36,12 +36,18 @@ class Toolchain:
     target: str
     cxx: str
     objcopy: str
-    torch: Path
+    torch: Path | None  # the target's libtorch (None: not needed, a lite library)
 
 
 def toolchain(target: str) -> Toolchain:
     """The cross compiler and the target's libtorch, checked; a CpuVariantError says what is missing and how to
     provide it."""
+    tc = compiler(target)
+    return Toolchain(target=target, cxx=tc.cxx, objcopy=tc.objcopy, torch=target_torch(target))
+
+
+def compiler(target: str) -> Toolchain:
+    """The cross compiler and objcopy alone (a lite library needs no libtorch of the target), checked."""
     triplet = _TRIPLETS.get(target)
     if triplet is None:
         raise CpuVariantError(f"no cross toolchain for target {target} (expected one of {', '.join(_TRIPLETS)})")
@@ -51,11 +57,10 @@ def toolchain(target: str) -> Toolchain:
     if cxx is None:
         raise CpuVariantError(f"target {target} needs the C++ cross compiler {cxx_name} (apt-get install "
                               f"g++-{triplet}, or set PT2RT_CXX_{key})")
-    torch = target_torch(target)
     objcopy = shutil.which(f"{triplet}-objcopy") or shutil.which(str(Path(cxx).with_name(f"{triplet}-objcopy")))
     if objcopy is None:
         raise CpuVariantError(f"target {target} needs {triplet}-objcopy (binutils-{triplet})")
-    return Toolchain(target=target, cxx=cxx, objcopy=objcopy, torch=torch)
+    return Toolchain(target=target, cxx=cxx, objcopy=objcopy, torch=None)
 
 
 def _run(cmd: list[str], what: str, cwd: Path) -> None:
@@ -66,7 +71,7 @@ def _run(cmd: list[str], what: str, cwd: Path) -> None:
         raise CpuVariantError(f"{what} failed: {lines[0].strip()}")
 
 
-def _weights_object(host_object: Path, work: Path, tc: Toolchain) -> Path:
+def weights_object(host_object: Path, work: Path, tc: Toolchain) -> Path:
     """The weights of inductor's host object file (section .lrodata between _binary_constants_bin_start/_end),
     assembled again as an object of the target. The bytes are taken as they are."""
     blob = work / "constants.bin"
@@ -112,7 +117,7 @@ def build_library(records: dict[str, bytes], tc: Toolchain, arch_flags: tuple[st
         objects = [wrapper_obj]
         weights = [n for n in records if n.endswith(".weights.o")]
         if weights:
-            objects.append(_weights_object(work / weights[0], work, tc))
+            objects.append(weights_object(work / weights[0], work, tc))
         library = work / (stem + ".so")
         lib = tc.torch / "lib"
         _run([tc.cxx, "-shared", "-fPIC", "-fopenmp", *[str(o) for o in objects], "-o", str(library),

@@ -147,10 +147,6 @@ def _export_checked(model, inputs, path, device, dims, golden, metadata, toleran
         used = _custom_calls(ep)
         if lite:
             _lite.refuse_unrunnable(used, ep)
-            foreign = [n for n in variant_names if (cpu.arch_of(n) or cpu.host_arch()) != cpu.host_arch()]
-            if foreign:
-                raise _lite.LiteError(f"lite variants are built for this machine's arch ({cpu.host_arch()}) only so "
-                                      f"far; cpu_isa {foreign[0]} is for another")
         spec = _spec(ep, path, device, dims, used, metadata, len(expected))
 
     with _stage("golden cases"):
@@ -631,7 +627,8 @@ def _compile_lite(ep, out: Path, name: str, optimize: str) -> tuple[cpu.Variant,
             torch._inductor.aoti_compile_and_package(ep, package_path=str(out))
     except Exception as e:
         raise ExportError(f"aoti_compile_and_package failed for the lite {name} variant: {_first_line(e)}") from e
-    return variant, _lite.library_from_cpp_package(out)
+    target = None if variant.arch == cpu.host_arch() else f"linux-{variant.arch}"
+    return variant, _lite.library_from_cpp_package(out, target, tuple(variant.flags))
 
 
 def _verify_lite(lite_compiled, cases, spec, tolerances) -> list[dict[str, Any]]:

@@ -122,8 +122,15 @@ def rename_header(torch_include: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def build_library(records: dict[str, bytes], torch_include: Path, cxx: str = "g++") -> Library:
-    """Compile inductor's C++ package records (model folder relative names -> bytes) into a lite library."""
+def build_library(records: dict[str, bytes], torch_include: Path, target: str | None = None,
+                  arch_flags: tuple[str, ...] = ()) -> Library:
+    """Compile inductor's C++ package records (model folder relative names -> bytes) into a lite library: with
+    this machine's g++, or for target (linux-aarch64) with its cross compiler and arch_flags, the weights object
+    assembled again for it (export_tools.cross)."""
+    from . import cross
+
+    tc = cross.compiler(target) if target else None
+    cxx = tc.cxx if tc else "g++"
     wrappers = [n for n in records if n.endswith(".wrapper.cpp")]
     if len(wrappers) != 1:
         raise LiteError(f"expected one generated wrapper source, found {wrappers}")
@@ -139,15 +146,23 @@ def build_library(records: dict[str, bytes], torch_include: Path, cxx: str = "g+
         (work / "pt2rt_lite_names.h").write_text(rename_header(torch_include))
         defines = [f"-D{d.strip()}" for d in flags.get("definitions", []) if d.strip()]
         includes = ["-I", str(torch_include), "-I", str(torch_include / "torch" / "csrc" / "api" / "include")]
+        if tc:  # torch's own sleef.h is its build machine's: the target's comes from Debian (libsleef-dev:arm64)
+            includes = ["-I", str(_target_sleef(cxx, work))] + includes
         cflags = [f"-{f}" for f in flags.get("cflags", []) if f and f not in ("shared", "g1")]
+        if tc:  # the build machine's -march is the target's flags
+            cflags = [f for f in cflags if not f.startswith("-march")] + list(arch_flags)
         passthrough = " ".join(flags.get("passthrough_args", [])).split()
         library = work / "model.so"
-        objects = [str(work / n) for n in records if n.endswith((".cpp", ".weights.o"))]
+        objects = [str(work / n) for n in records if n.endswith(".cpp")]
+        for n in records:
+            if n.endswith(".weights.o"):
+                objects.append(str(cross.weights_object(work / n, work, tc) if tc else work / n))
         _run([cxx, *defines, *includes, *cflags, *passthrough, "-include", str(work / "pt2rt_lite_names.h"),
               "-shared", *objects, "-o", str(library), "-Wl,-z,noexecstack", "-Wl,--as-needed", "-lgomp", "-lsleef"],
              "compiling the lite model library", work)
         stripped = work / "stripped.so"
-        _run([_tool("objcopy"), "--strip-debug", str(library), str(stripped)], "stripping the lite library", work)
+        _run([tc.objcopy if tc else _tool("objcopy"), "--strip-debug", str(library), str(stripped)],
+             "stripping the lite library", work)
         undefined = _undefined(stripped)
         needed = _needed(stripped)
         data = stripped.read_bytes()
@@ -193,8 +208,22 @@ def _builtin_shims() -> dict[Any, list[str]]:
     return shims
 
 
-def library_from_cpp_package(cpp_package: Path) -> Library:
-    """The lite library of a package_cpp_only compile of one model."""
+def _target_sleef(cxx: str, work: Path) -> Path:
+    """A folder holding the cross compiler's multiarch sleef.h (the one the lite bundle's libsleef.so.3 matches)."""
+    triplet = subprocess.run([cxx, "-print-multiarch"], capture_output=True, text=True).stdout.strip()
+    header = Path("/usr/include") / triplet / "sleef.h"
+    if not triplet or not header.is_file():
+        raise LiteError(f"lite variants for {triplet or cxx} need Sleef's header {header} (apt-get install "
+                        f"libsleef-dev:{'arm64' if triplet.startswith('aarch64') else triplet})")
+    folder = work / "target-sleef"
+    folder.mkdir()
+    (folder / "sleef.h").symlink_to(header)
+    return folder
+
+
+def library_from_cpp_package(cpp_package: Path, target: str | None = None,
+                             arch_flags: tuple[str, ...] = ()) -> Library:
+    """The lite library of a package_cpp_only compile of one model (for target: build_library's)."""
     import torch
     from torch.export.pt2_archive._package import PT2ArchiveReader
 
@@ -203,7 +232,7 @@ def library_from_cpp_package(cpp_package: Path) -> Library:
     own = model_dir("model")
     with PT2ArchiveReader(str(cpp_package)) as reader:
         records = {n.split(own, 1)[1]: reader.read_bytes(n) for n in reader.get_file_names() if own in n}
-    return build_library(records, Path(torch.__file__).parent / "include")
+    return build_library(records, Path(torch.__file__).parent / "include", target, arch_flags)
 
 
 def _op_name(shim_name: str) -> str:

@@ -2,7 +2,8 @@
 # The linux-aarch64 leg of make test: cross-build (scripts/cross-build.sh), then under qemu the C++ tests that need
 # no Python (ctest of build/aarch64-release), and tests/aarch64: packages exported here for aarch64 (and one for
 # both arches) verified and run by the cross-built pt2run, compared with this machine's eager output; then the bundle
-# (scripts/bundle.sh), and the same runtime cross-built without Conan (cmake/toolchains/linux-aarch64.cmake) running
+# (scripts/bundle.sh), pt2rt-lite's aarch64 bundle (make lite TARGET=linux-aarch64) running lite packages, and the
+# same runtime cross-built without Conan (cmake/toolchains/linux-aarch64.cmake) running
 # the bundle's package.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 "$ROOT/scripts/cross-build.sh"
@@ -14,6 +15,8 @@ unset PT2RT_TORCH_LINUX_AARCH64
 status=0
 log "ctest (linux-aarch64, under qemu)"
 ctest --test-dir "$CROSS_BUILD_DIR" --output-on-failure --no-tests=error -j "$(nproc)" || status=1
+log "make lite TARGET=linux-aarch64 (dist-lite-linux-aarch64: tests/aarch64 runs lite packages with it)"
+LITE_TARGET=linux-aarch64 "$ROOT/scripts/lite.sh" || status=1
 log "pytest tests/aarch64 (packages exported here, run under qemu)"
 (cd "$ROOT" && IDENTITY_CONV_OPS_LIBRARY=$BUILD_DIR/lib/libidentity_conv_ops.so PT2RT_CROSS_BUILD_DIR=$CROSS_BUILD_DIR \
   PT2RT_NATIVE_BUILD_DIR=$BUILD_DIR "$PYTHON" -m pytest -q -p no:cacheprovider tests/aarch64) || status=1

@@ -100,7 +100,7 @@ void run_layer(RnnMode mode, const ShimTensor& gi_t, const ShimTensor& h0_t, con
     float* h = static_cast<float*>(hn->data());
     float* c = static_cast<float*>(cn->data());
     // the directions at once where there are threads for them (each step waits for the one before)
-#pragma omp parallel for schedule(static) num_threads(D) if (D > 1)
+#pragma omp parallel for schedule(static) if (D > 1)
     for (int64_t d = 0; d < D; ++d) {
       std::vector<float> scratch(static_cast<std::size_t>(B * (Gp + H)));
       steps(mode, T, B, H, gi.data + d * G, gi_s, gi_b, whh[d].data, bhh[d].data, h0.data + d * B * H,

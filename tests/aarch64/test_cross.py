@@ -223,3 +223,36 @@ torch.save(M()(x), sys.argv[3])
     pt2run_aarch64("run", str(tmp_path / "m.pt2"), "--ops", str(library), "--input", str(tmp_path / "x.pt"),
                    "--output", str(tmp_path / "y.pt"))
     torch.testing.assert_close(torch.load(tmp_path / "y.pt"), torch.load(tmp_path / "eager.pt"))
+
+
+def test_the_aarch64_lite_bundle_verifies_and_runs_a_lite_package_equal_to_eager(tmp_path):
+    """make lite TARGET=linux-aarch64's bundle (scripts/test-aarch64.sh builds it first) runs a package exported here
+    with --lite for linux-aarch64: convolutions, products, attention and a GRU in NEON's kernels, under qemu, with
+    no libtorch anywhere."""
+    sys.path.insert(0, str(ROOT / "tests" / "python"))
+    from test_lite import Tagger, _Recurrent  # noqa: PLC0415
+
+    dist = Path(os.environ.get("PT2RT_LITE_AARCH64_DIST", ROOT / "dist-lite-linux-aarch64"))
+    pt2run = dist / "bin" / "pt2run"
+    assert pt2run.is_file(), f"{pt2run} is not built (make lite TARGET=linux-aarch64)"
+    for f in [*dist.glob("lib/*.so*"), pt2run]:
+        needed = subprocess.run(["readelf", "-d", str(f)], capture_output=True, text=True, check=True).stdout
+        header = subprocess.run(["readelf", "-h", str(f)], capture_output=True, text=True, check=True).stdout
+        assert "AArch64" in header and not any(n in needed for n in ("libtorch", "libc10", "libpython")), f
+    torch.manual_seed(0)
+    env = {**os.environ, "PT2RT_QEMU_LIBRARY_PATH": "/usr/lib/aarch64-linux-gnu"}
+    for name, model, x in (("tagger", Tagger().eval(), torch.randn(2, 3, 20, 20)),
+                           ("recurrent", _Recurrent().eval(), torch.randint(0, 100, (3, 7)))):
+        path = export_package(model, (x,), tmp_path / f"{name}.pt2", target="linux-aarch64", lite=True, golden=2)
+        assert [v["arch"] for v in read_spec(path)["lite_variants"]] == ["aarch64"]
+        result = subprocess.run([str(QEMU), str(pt2run), "verify", str(path)], capture_output=True, text=True,
+                                env=env, timeout=600)
+        assert result.returncode == 0 and "CPU variant neon" in result.stdout, result.stdout + result.stderr
+        torch.save([x], tmp_path / "x.pt")
+        result = subprocess.run([str(QEMU), str(pt2run), "run", str(path), "-i", str(tmp_path / "x.pt"), "-o",
+                                 str(tmp_path / "y.pt")], capture_output=True, text=True, env=env, timeout=600)
+        assert result.returncode == 0, result.stderr
+        with torch.no_grad():
+            expected = model(x)
+        for a, e in zip(torch.load(tmp_path / "y.pt"), expected):
+            torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-4)
