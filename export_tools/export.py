@@ -435,8 +435,9 @@ _INDEXING = {"aten.embedding.default": (1, 0, 0, False), "aten.index_select.defa
 _SAME_VALUES = {"aten.view.default", "aten.reshape.default", "aten._unsafe_view.default", "aten.unsqueeze.default",
                 "aten.squeeze.dim", "aten.squeeze.dims", "aten.squeeze.default", "aten.flatten.using_ints",
                 "aten.clone.default", "aten.contiguous.default", "aten.expand.default", "aten.permute.default",
-                "aten.transpose.int", "aten.t.default", "aten.slice.Tensor", "aten.select.int",
-                "aten._to_copy.default", "aten.to.dtype", "aten.alias.default", "aten.detach.default"}
+                "aten.transpose.int", "aten.t.default", "aten._to_copy.default", "aten.to.dtype",
+                "aten.alias.default", "aten.detach.default"}
+# (not a slice or select: every element of the input is checked, and the rest of it may hold other things)
 
 
 def _value_ranges(ep) -> dict[str, dict[str, Any]]:
@@ -456,9 +457,8 @@ def _value_ranges(ep) -> dict[str, dict[str, Any]]:
         table = node.args[table_arg].meta.get("val") if hasattr(node.args[table_arg], "meta") else None
         src = node.args[index_arg]
         while hasattr(src, "op") and src.op == "call_function" and str(src.target) in _SAME_VALUES and src.args:
-            if str(src.target) in ("aten._to_copy.default", "aten.to.dtype") and \
-                    not _integer(src.meta.get("val")):
-                break
+            if str(src.target) in ("aten._to_copy.default", "aten.to.dtype") and not _widening(src):
+                break  # a float, or a narrower integer that wraps: the input's values are not the indices
             src = src.args[0]
         if table is None or not hasattr(src, "op") or src.op != "placeholder" or src.name not in user:
             continue
@@ -471,6 +471,13 @@ def _value_ranges(ep) -> dict[str, dict[str, Any]]:
         if old is None or new["max"] < old["max"]:
             ranges[src.name] = new
     return ranges
+
+
+def _widening(node) -> bool:
+    """An integer conversion that keeps every value of its integer input (int32 -> int64)."""
+    out, src = node.meta.get("val"), node.args[0].meta.get("val") if hasattr(node.args[0], "meta") else None
+    return _integer(out) and _integer(src) and torch.iinfo(out.dtype).bits >= torch.iinfo(src.dtype).bits and \
+        (out.dtype.is_signed or not src.dtype.is_signed)
 
 
 def _integer(val) -> bool:

@@ -66,6 +66,11 @@ Model::Model(std::string name, std::string version, std::string path, ModelConfi
     batch_max_ = config_.max_batch_size > 0 ? std::min(config_.max_batch_size, package_max) : package_max;
   }
   if (batching()) {
+    // a request joins others to reach the batch dim's range: alone it may have fewer rows (run() checks the batch)
+    request_spec_ = runtime_->spec();
+    for (auto& input : request_spec_.inputs)
+      for (auto& d : input.dynamic_dims)
+        if (d.dim == 0) d.min = std::min<int64_t>(d.min, 1);
     for (int i = 0; i < config_.instance_count; ++i) workers_.emplace_back([this] { worker(); });
   }
 }
@@ -135,7 +140,7 @@ bool Model::submit(std::vector<pt2rt::Tensor>& inputs, Completion done) {
   {  // alone first: one request's bad input fails that request, not the batch it would join
     std::vector<pt2rt::TensorView> views;
     for (const auto& t : inputs) views.push_back(t.view());
-    pt2rt::check_inputs(spec(), views);
+    pt2rt::check_inputs(request_spec_, views);
   }
   auto pending = std::make_unique<Pending>();
   pending->rows = inputs[0].shape()[0];

@@ -102,6 +102,7 @@ class Model {
   std::string name_, version_, path_;
   ModelConfig config_;
   std::optional<pt2rt::Runtime> runtime_;
+  pt2rt::Spec request_spec_;  // the spec one request of a batch is checked against: any rows in the batch dim
   std::string load_error_;
   int64_t batch_max_ = 0;
   Stats stats_;

@@ -128,7 +128,8 @@ inline void taps_inside(int64_t o, int64_t s, int64_t p, int64_t d, int64_t k, i
   const int64_t first = o * s - p;  // input index of tap 0
   int64_t lo = 0, hi = k;
   if (first < 0) lo = (-first + d - 1) / d;
-  if (first + (k - 1) * d >= n) hi = max64(lo, (n - 1 - first) / d + 1);
+  if (first > n - 1) hi = lo;  // every tap past the end (a padding wider than the dilated kernel)
+  else if (first + (k - 1) * d >= n) hi = max64(lo, (n - 1 - first) / d + 1);
   *k0 = min64(lo, k);
   *k1 = hi;
 }

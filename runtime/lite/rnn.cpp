@@ -9,6 +9,7 @@
 
 #include "../kernels/rnn_kernel.h"
 #include "guard.h"
+#include "kernels.h"
 #include "tensor.h"
 
 using namespace pt2rt::lite;
@@ -17,20 +18,12 @@ using pt2rt::kernels::RnnStepsFn;
 
 namespace {
 
+// The recurrence of the instruction set lite's other kernels run (kernels.h: cpuid, narrowed by PT2RT_LITE_KERNELS)
 RnnStepsFn steps_fn() {
   static const RnnStepsFn fn = [] {
-    // PT2RT_LITE_KERNELS narrows it as it narrows lite's other kernels
-    const char* env = std::getenv("PT2RT_LITE_KERNELS");
-    const std::string cap = env != nullptr ? env : "";
-    if (cap == "baseline") return pt2rt::kernels::rnn_steps_baseline();
-#if defined(__x86_64__)
-    __builtin_cpu_init();
-    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-    if (avx512 && cap != "avx2" && pt2rt::kernels::rnn_steps_avx512()) return pt2rt::kernels::rnn_steps_avx512();
-    if (avx2 && pt2rt::kernels::rnn_steps_avx2()) return pt2rt::kernels::rnn_steps_avx2();
-#endif
+    const std::string set = kernels().name;
+    if (set == "avx512" && pt2rt::kernels::rnn_steps_avx512()) return pt2rt::kernels::rnn_steps_avx512();
+    if ((set == "avx512" || set == "avx2") && pt2rt::kernels::rnn_steps_avx2()) return pt2rt::kernels::rnn_steps_avx2();
     return pt2rt::kernels::rnn_steps_baseline();
   }();
   return fn;

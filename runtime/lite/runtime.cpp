@@ -84,6 +84,7 @@ struct Runtime::Impl {
 
   ~Impl() {
     if (container) destroy(container);
+    lite::trim_pool();  // the sizes this model ran with are not the next one's
     // the library stays mapped (its generated C++ has GNU-unique symbols, which keep glibc from unloading it), as
     // in the full runtime; its files go
     extracted.reset();

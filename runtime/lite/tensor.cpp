@@ -25,7 +25,7 @@ namespace {
 
 // Freed storages kept by size for the next run's tensors of the same sizes: a model's intermediates repeat from
 // run to run, and fresh memory costs a page fault per 4 KB each time. At most kPoolBytes kept; the rest freed.
-constexpr std::size_t kPoolBytes = std::size_t{512} << 20;
+constexpr std::size_t kPoolBytes = std::size_t{256} << 20;
 
 struct Pool {
   std::mutex mutex;
@@ -74,6 +74,18 @@ void release(void* data, std::size_t capacity) {
 }
 
 }  // namespace
+
+void trim_pool() {
+  Pool& p = pool();
+  std::unordered_map<std::size_t, std::vector<void*>> kept;
+  {
+    std::lock_guard<std::mutex> lock(p.mutex);
+    kept.swap(p.free);
+    p.kept = 0;
+  }
+  for (auto& [capacity, blocks] : kept)
+    for (void* data : blocks) std::free(data);
+}
 
 Storage::~Storage() {
   if (owned) release(data, capacity);

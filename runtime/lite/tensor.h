@@ -67,6 +67,9 @@ bool is_channels_last_2d(const ShimTensor& t);
 // channels-last or contiguous as suggest_memory_format says.
 std::vector<int64_t> suggested_strides(const ShimTensor& t);
 
+// Frees the memory empty_strided keeps for reuse (tensor.cpp's pool)
+void trim_pool();
+
 // Every element of src into dst: the same sizes and dtype, any strides.
 void copy_strided(const ShimTensor& dst, const ShimTensor& src);
 

@@ -567,3 +567,24 @@ def test_optimize_folds_the_weights_by_default_keeping_nan_as_eager(tmp_path):
     assert b"_frozen_param" not in libraries["none"] and b"_pointwise" not in libraries["none"]
     with pytest.raises(ExportError, match="expected optimize as one of fold, none, got 'fast'"):
         export_package(model, (x,), tmp_path / "bad.pt2", optimize="fast")
+
+
+def test_inputs_that_index_a_table_get_its_range_and_only_those():
+    """spec inputs[i].values: an input every element of which indexes a table (through views and widening
+    conversions); not one a slice of which does (its other columns hold other things), nor one narrowed first."""
+    from export_tools.export import _value_ranges
+
+    class Tables(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.big, self.small = torch.nn.Embedding(10000, 4), torch.nn.Embedding(7, 4)
+            self.rows = torch.nn.Parameter(torch.randn(30, 4))
+
+        def forward(self, pairs, ids, picks, wrapped):
+            return (self.big(pairs[:, 0]) + self.small(pairs[:, 1]) + self.small(ids.to(torch.int64)).sum(1)
+                    + self.rows.index_select(0, picks.view(-1)).sum(0) + self.big(wrapped.to(torch.int8).long()))
+
+    ep = torch.export.export(Tables(), (torch.tensor([[1, 2]]), torch.tensor([[3, 4]], dtype=torch.int32),
+                                        torch.tensor([[5]]), torch.tensor([6])))
+    assert _value_ranges(ep) == {"ids": {"min": 0, "max": 6, "indexes": "aten.embedding of 7 rows"},
+                                 "picks": {"min": 0, "max": 29, "indexes": "aten.index_select of 30 rows"}}

@@ -28,6 +28,8 @@ class Tagger(torch.nn.Module):
         self.stem = torch.nn.Conv2d(3, 16, 3, stride=2, padding=1)
         self.depthwise = torch.nn.Conv2d(16, 16, 3, padding=2, dilation=2, groups=16)
         self.dense = torch.nn.Conv2d(16, 16, 3, padding=1)  # channels-last, 16 channels: read in place
+        # padding wider than the dilated kernel: the outer outputs see no input at all (bias alone)
+        self.wide = torch.nn.Conv2d(16, 16, 3, padding=5, dilation=2, groups=16)
         self.grouped = torch.nn.Conv2d(16, 24, 3, groups=4, bias=False)
         self.conv1d = torch.nn.Conv1d(24, 64, 5, padding=2)  # 64 channels: every kernel width's full blocks
         self.norm = torch.nn.LayerNorm(64)
@@ -38,6 +40,7 @@ class Tagger(torch.nn.Module):
         y = torch.relu(self.stem(x))
         y = torch.nn.functional.gelu(self.depthwise(y)) + y
         y = torch.relu(self.dense(y.contiguous(memory_format=torch.channels_last))) + y
+        y = y + 0.01 * self.wide(y).sum((2, 3), keepdim=True)
         y = self.grouped(y).flatten(2)                       # [n, 24, h*w]
         y = self.conv1d(y).transpose(1, 2)                   # [n, h*w, 64]
         y = self.norm(y)
