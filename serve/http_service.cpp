@@ -837,7 +837,8 @@ struct HttpService::Impl {
     bool queued = false;
     try {
       queued = m.submit(r.parsed->inputs, std::move(complete));
-    } catch (...) {
+    } catch (...) {  // a bad input (checked alone) or a full queue: answered by the caller, counted here
+      m.stats().failures++;
       std::lock_guard<std::mutex> lock(mu);
       --queued_for_batch;
       throw;
