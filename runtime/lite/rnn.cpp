@@ -22,8 +22,10 @@ namespace {
 RnnStepsFn steps_fn() {
   static const RnnStepsFn fn = [] {
     const std::string set = kernels().name;
+#if defined(__x86_64__)  // the AVX files are x86-64's alone (CMakeLists.txt)
     if (set == "avx512" && pt2rt::kernels::rnn_steps_avx512()) return pt2rt::kernels::rnn_steps_avx512();
     if ((set == "avx512" || set == "avx2") && pt2rt::kernels::rnn_steps_avx2()) return pt2rt::kernels::rnn_steps_avx2();
+#endif
     return pt2rt::kernels::rnn_steps_baseline();
   }();
   return fn;
