@@ -5,6 +5,13 @@
 # libpython), must resolve every symbol at link time, finds what sits next to it ($ORIGIN), and builds its .cu
 # sources only when the torch found has CUDA (without them its CUDA kernels are simply not registered). Link more
 # with target_link_libraries(NAME PRIVATE ...). Needs find_package(Torch) first (done here when it was not).
+# pt2rt/lite_op.h: this file's source tree (cmake/) or an installed package (lib/cmake/pt2rt)
+if(EXISTS "${CMAKE_CURRENT_LIST_DIR}/../runtime/include/pt2rt/lite_op.h")
+  get_filename_component(PT2RT_LITE_OP_INCLUDE_DIR "${CMAKE_CURRENT_LIST_DIR}/../runtime/include" ABSOLUTE)
+else()
+  get_filename_component(PT2RT_LITE_OP_INCLUDE_DIR "${CMAKE_CURRENT_LIST_DIR}/../../../include" ABSOLUTE)
+endif()
+
 function(pt2rt_add_ops_library name)
   cmake_parse_arguments(arg "" "" "SOURCES" ${ARGN})
   if(NOT arg_SOURCES)
@@ -33,4 +40,23 @@ function(pt2rt_add_ops_library name)
                         BUILD_RPATH_USE_ORIGIN ON INSTALL_RPATH "$ORIGIN")
   target_link_libraries(${name} PRIVATE torch)
   target_link_options(${name} PRIVATE -Wl,--no-undefined)
+endfunction()
+
+# pt2rt_add_lite_ops_library(NAME SOURCES file... )
+#
+# An ops library's lite build: lib<NAME>.so (name it <full library's name>_lite) holding the ops' lite entries
+# (PT2RT_LITE_OP, <pt2rt/lite_op.h>) on the same kernels as the full library. No torch: it calls the lite runtime's
+# pt2rt_lite_* functions, which the runtime loading it provides (so they stay undefined here). Only the entries are
+# exported.
+function(pt2rt_add_lite_ops_library name)
+  cmake_parse_arguments(arg "" "" "SOURCES" ${ARGN})
+  if(NOT arg_SOURCES)
+    message(FATAL_ERROR "pt2rt_add_lite_ops_library(${name}): give its sources: SOURCES file...")
+  endif()
+  add_library(${name} SHARED ${arg_SOURCES})
+  target_include_directories(${name} PRIVATE ${PT2RT_LITE_OP_INCLUDE_DIR})
+  target_compile_features(${name} PRIVATE cxx_std_17)
+  set_target_properties(${name} PROPERTIES CXX_EXTENSIONS OFF POSITION_INDEPENDENT_CODE ON
+                        CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON
+                        BUILD_RPATH_USE_ORIGIN ON INSTALL_RPATH "$ORIGIN")
 endfunction()

@@ -145,9 +145,11 @@ def _export_checked(model, inputs, path, device, dims, golden, metadata, toleran
         if device == "cpu":
             ep = recurrent.fuse(ep)
         used = _custom_calls(ep)
-        if lite:
-            _lite.refuse_unrunnable(used, ep)
+        lite_ops = _lite.refuse_unrunnable(used, ep) if lite else {}
         spec = _spec(ep, path, device, dims, used, metadata, len(expected))
+        for op in spec["custom_ops"]:
+            if op["name"] in lite_ops:
+                op["lite_library"] = lite_ops[op["name"]].library.name
 
     with _stage("golden cases"):
         # golden=1: the example alone; more: the corners of every dynamic range always, then cases between
@@ -198,7 +200,8 @@ def _export_checked(model, inputs, path, device, dims, golden, metadata, toleran
         lite_compiled = []
         for name in variant_names if lite else ():
             with _stage(f"compile ({name}, lite)"):
-                lite_compiled.append(_compile_lite(ep, tmp / f"{name}-lite" / path.name, name, optimize))
+                lite_compiled.append(_compile_lite(ep, tmp / f"{name}-lite" / path.name, name, optimize,
+                                                   tuple(lite_ops.values())))
         with _stage("package"):
             _finish_package(compiled, final, spec, _golden.dumps(cases), lite_compiled)
         with _stage("verify"):
@@ -213,7 +216,7 @@ def _export_checked(model, inputs, path, device, dims, golden, metadata, toleran
                 raise ExportError(f"none of the package's CPU variants runs on this machine, so it cannot be verified "
                                   f"before it is written ({lacking}); add one that does, e.g. cpu_isa native")
             if lite_compiled:
-                report += _verify_lite(lite_compiled, cases, spec, tolerances)
+                report += _verify_lite(lite_compiled, cases, spec, tolerances, tuple(lite_ops.values()))
             failed = [r for r in report if not r["passed"]]
             if failed:
                 f = failed[0]
@@ -620,7 +623,8 @@ def _compile(ep, out: Path, name: str, optimize: str, device: str) -> cpu.Varian
     return variant
 
 
-def _compile_lite(ep, out: Path, name: str, optimize: str) -> tuple[cpu.Variant, _lite.Library]:
+def _compile_lite(ep, out: Path, name: str, optimize: str, custom_ops: tuple[_lite.CustomOp, ...] = ()
+                  ) -> tuple[cpu.Variant, _lite.Library]:
     """One lite variant (export_tools.lite): inductor's C++ with libtorch left out, built here."""
     from torch._inductor import config as inductor_config
     from torch._inductor.utils import fresh_cache
@@ -630,15 +634,15 @@ def _compile_lite(ep, out: Path, name: str, optimize: str) -> tuple[cpu.Variant,
     try:
         with cpu.compiling(name) as variant, fresh_cache(), torch.no_grad() if freeze else contextlib.nullcontext(), \
                 inductor_config.patch({"freezing": freeze, "conv_1x1_as_mm": True, **PARALLEL_LOOPS}), \
-                _lite.compiling():
+                _lite.compiling(custom_ops):
             torch._inductor.aoti_compile_and_package(ep, package_path=str(out))
     except Exception as e:
         raise ExportError(f"aoti_compile_and_package failed for the lite {name} variant: {_first_line(e)}") from e
     target = None if variant.arch == cpu.host_arch() else f"linux-{variant.arch}"
-    return variant, _lite.library_from_cpp_package(out, target, tuple(variant.flags))
+    return variant, _lite.library_from_cpp_package(out, target, tuple(variant.flags), custom_ops)
 
 
-def _verify_lite(lite_compiled, cases, spec, tolerances) -> list[dict[str, Any]]:
+def _verify_lite(lite_compiled, cases, spec, tolerances, custom_ops=()) -> list[dict[str, Any]]:
     """The golden cases through each lite variant this machine runs, with the lite runtime's shim."""
     runtime = _lite.find_runtime()
     if runtime is None:
@@ -651,7 +655,7 @@ def _verify_lite(lite_compiled, cases, spec, tolerances) -> list[dict[str, Any]]
     for variant, library in lite_compiled:
         if cpu.runs_here(variant.arch, variant.cpu_features):
             continue
-        runner = _lite.Runner(library.data, runtime)
+        runner = _lite.Runner(library.data, runtime, tuple(op.library for op in custom_ops))
         try:
             for case in cases:
                 actual = runner(*case.inputs)

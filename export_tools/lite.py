@@ -4,8 +4,10 @@ inductor writes the model's C++ with libtorch left out (aot_inductor.link_libtor
 built here with every aoti_torch_* name renamed pt2rt_lite_aoti_torch_* (a forced-include header made from the
 torch headers' own names), so that the lite runtime exports only pt2rt_* names and can share a process with
 libtorch. The library then needs libgomp, Sleef (libsleef.so.3, Debian's libsleef3) and the lite runtime's shim
-functions, nothing else: what else it calls is an op lite has no kernel for, refused here by name. TorchBind objects
-and custom ops are refused before the compile: lite has no class registry and no proxy executor.
+functions, nothing else: what else it calls is an op lite has no kernel for, refused here by name. A custom op runs
+through its ops library's lite build (lib<name>_lite.so next to lib<name>.so), whose C function
+pt2rt_op_<ns>_<op> (PT2RT_LITE_OP, pt2rt/lite_op.h) the generated code calls (aot_inductor.custom_ops_to_c_shims,
+declared from the op's schema); TorchBind objects are refused before the compile: lite has no class registry.
 """
 
 from __future__ import annotations
@@ -74,9 +76,23 @@ class Library:
     needed: tuple[str, ...]     # its DT_NEEDED libraries
 
 
-def refuse_unrunnable(custom: dict[str, Any], ep=None) -> None:
-    """Refuses, by name, what lite cannot run at all: TorchBind classes and custom ops (export's _custom_calls), and
-    buffers the model changes as it runs (lite keeps each constant's packed form for the model's life)."""
+@dataclass(frozen=True)
+class CustomOp:
+    """A custom op a lite variant calls in its ops library's lite build."""
+    name: str           # "my_ops::identity_conv_op"
+    symbol: str         # the C function: pt2rt_op_my_ops_identity_conv_op
+    declaration: str    # as inductor declares it (aoti_torch_cpu_<op>, renamed to symbol)
+    library: Path       # the lite ops library (lib<name>_lite.so) this machine checks it with
+    overload: Any = None  # the OpOverload
+
+
+def refuse_unrunnable(custom: dict[str, Any], ep=None) -> dict[str, CustomOp]:
+    """Refuses, by name, what lite cannot run at all: TorchBind classes, custom ops without a lite build of their ops
+    library (or one lacking the op's entry, or with arguments lite cannot pass), and buffers the model changes as it
+    runs (lite keeps each constant's packed form for the model's life). Returns the custom ops lite runs through
+    their ops libraries' lite builds, by name."""
+    from . import libraries
+
     mutated = _mutated_state(ep) if ep is not None else []
     if mutated:
         raise LiteError(f"lite cannot run a model that changes its buffers as it runs: it changes {mutated[0]}")
@@ -84,10 +100,78 @@ def refuse_unrunnable(custom: dict[str, Any], ep=None) -> None:
         name = next(iter(custom["classes"]))
         raise LiteError(f"lite cannot run TorchBind objects: the model uses {name} (lite has no class registry); "
                         f"export without lite, or keep the object's work in an op")
-    foreign = [op._schema.name for op in custom["ops"].values() if op._schema.name not in BUILTIN_OPS]
-    if foreign:
-        raise LiteError(f"lite has no kernel for the custom op {foreign[0]}: lite runs aten ops and its own "
-                        f"({', '.join(BUILTIN_OPS)}) so far; export without lite")
+    found: dict[str, CustomOp] = {}
+    for op in custom["ops"].values():
+        name = op._schema.name
+        if name in BUILTIN_OPS:
+            continue
+        if op._schema.overload_name:
+            raise LiteError(f"lite calls custom ops by name: {name}.{op._schema.overload_name} is an overload "
+                            f"(give the op a name of its own)")
+        full = libraries.provider_of(op.namespace)
+        library = lite_library_of(full)
+        if not library.is_file():
+            raise LiteError(f"lite has no kernel for the custom op {name}: its ops library's lite build {library.name} "
+                            f"is not next to {full} (docs/lite.md, \"Your own ops\"); export without lite")
+        symbol = op_symbol(name)
+        if symbol not in _defined(library):
+            raise LiteError(f"{library} has no lite entry for {name}: it defines no {symbol} "
+                            f"(PT2RT_LITE_OP({op.namespace}, {name.split('::')[1]}), pt2rt/lite_op.h)")
+        found[name] = CustomOp(name=name, symbol=symbol, declaration=c_declaration(op), library=library, overload=op)
+    short = {}
+    for op in found.values():
+        other = short.setdefault(op.name.split("::")[1], op.name)
+        if other != op.name:
+            raise LiteError(f"lite calls custom ops by their name without namespace: {other} and {op.name} share it")
+    return found
+
+
+def lite_library_of(full: Path) -> Path:
+    """An ops library's lite build: lib<name>_lite.so beside lib<name>.so."""
+    full = Path(full)
+    stem = full.name[: -len(".so")] if full.name.endswith(".so") else full.stem
+    return full.with_name(f"{stem}_lite.so")
+
+
+def op_symbol(name: str) -> str:
+    """The C function of NS::OP's lite entry (PT2RT_LITE_OP(NS, OP) in pt2rt/lite_op.h)."""
+    ns, op = name.split("::")
+    return f"pt2rt_op_{ns}_{op}"
+
+
+# schema argument types -> the C parameters inductor passes (custom_ops_to_c_shims), pt2rt/lite_op.h's table
+_C_ARGUMENTS = {
+    "Tensor": ["AtenTensorHandle {n}"], "Optional[Tensor]": ["AtenTensorHandle* {n}"],
+    "List[Tensor]": ["const AtenTensorHandle* {n}", "int64_t {n}_len_"],
+    "int": ["int64_t {n}"], "SymInt": ["int64_t {n}"], "Optional[int]": ["int64_t* {n}"],
+    "Optional[SymInt]": ["int64_t* {n}"],
+    "List[int]": ["const int64_t* {n}", "int64_t {n}_len_"], "List[SymInt]": ["const int64_t* {n}", "int64_t {n}_len_"],
+    "float": ["double {n}"], "Optional[float]": ["double* {n}"], "bool": ["int32_t {n}"], "str": ["const char* {n}"],
+}
+
+
+def c_declaration(op) -> str:
+    """The C declaration inductor calls in place of op (aoti_torch_cpu_<op>), from its schema."""
+    schema = op._schema
+    params = []
+    for arg in schema.arguments:
+        kind = str(arg.real_type)  # ScalarType, Layout: not their int form
+        if arg.alias_info is not None and arg.alias_info.is_write:
+            raise LiteError(f"lite cannot run the custom op {schema.name}: it writes its argument {arg.name}")
+        if kind not in _C_ARGUMENTS:
+            raise LiteError(f"lite cannot pass the custom op {schema.name} its argument {arg.name} of type {kind} "
+                            f"(lite passes {', '.join(sorted(_C_ARGUMENTS))})")
+        params += [p.format(n=arg.name) for p in _C_ARGUMENTS[kind]]
+    for i, ret in enumerate(schema.returns):
+        if str(ret.type) != "Tensor":
+            raise LiteError(f"lite cannot run the custom op {schema.name}: it returns a {ret.type} (lite takes tensors)")
+        params.append(f"AtenTensorHandle* ret{i}")
+    return f"AOTITorchError aoti_torch_cpu_{schema.name.split('::')[1]}({', '.join(params)})"
+
+
+def _defined(library: Path) -> set[str]:
+    out = subprocess.run([_tool("nm"), "-D", "--defined-only", str(library)], capture_output=True, text=True)
+    return {line.split()[-1].partition("@")[0] for line in out.stdout.splitlines() if line.split()}
 
 
 def _mutated_state(ep) -> list[str]:
@@ -108,8 +192,9 @@ def _mutated_state(ep) -> list[str]:
     return sorted(names)
 
 
-def rename_header(torch_include: Path) -> str:
-    """#define aoti_torch_X pt2rt_lite_aoti_torch_X for every aoti_torch_ name torch's AOTInductor headers use."""
+def rename_header(torch_include: Path, custom_ops: tuple[CustomOp, ...] = ()) -> str:
+    """#define aoti_torch_X pt2rt_lite_aoti_torch_X for every aoti_torch_ name torch's AOTInductor headers use, and
+    each custom op's C function to its lite entry's name."""
     roots = [torch_include / "torch" / "csrc" / "inductor" / d
              for d in ("aoti_torch", "aoti_runtime", "aoti_include")]
     names: set[str] = set()
@@ -118,12 +203,23 @@ def rename_header(torch_include: Path) -> str:
             names.update(re.findall(r"\baoti_torch_\w+", header.read_text(errors="replace")))
     lines = ["// made by export_tools.lite: the shim's names as the lite runtime exports them", "#pragma once"]
     names.update(re.search(r"\b(aoti_torch_\w+)\(", decl).group(1) for decl in BUILTIN_OPS.values())
+    for op in custom_ops:
+        called = _called(op)
+        if called in names:
+            raise LiteError(f"lite cannot call the custom op {op.name}: its C function {called} is a name of torch's "
+                            f"shim (give the op another name)")
     lines += [f"#define {n} {PREFIX}{n}" for n in sorted(names)]
+    lines += [f"#define {_called(op)} {op.symbol}" for op in custom_ops]
     return "\n".join(lines) + "\n"
 
 
+def _called(op: CustomOp) -> str:
+    """The name the generated code calls op by (aoti_torch_cpu_<op>)."""
+    return re.search(r"\b(aoti_torch_\w+)\(", op.declaration).group(1)
+
+
 def build_library(records: dict[str, bytes], torch_include: Path, target: str | None = None,
-                  arch_flags: tuple[str, ...] = ()) -> Library:
+                  arch_flags: tuple[str, ...] = (), custom_ops: tuple[CustomOp, ...] = ()) -> Library:
     """Compile inductor's C++ package records (model folder relative names -> bytes) into a lite library: with
     this machine's g++, or for target (linux-aarch64) with its cross compiler and arch_flags, the weights object
     assembled again for it (export_tools.cross)."""
@@ -143,7 +239,7 @@ def build_library(records: dict[str, bytes], torch_include: Path, target: str | 
         for name, data in records.items():
             (work / name).parent.mkdir(parents=True, exist_ok=True)
             (work / name).write_bytes(data)
-        (work / "pt2rt_lite_names.h").write_text(rename_header(torch_include))
+        (work / "pt2rt_lite_names.h").write_text(rename_header(torch_include, custom_ops))
         defines = [f"-D{d.strip()}" for d in flags.get("definitions", []) if d.strip()]
         includes = ["-I", str(torch_include), "-I", str(torch_include / "torch" / "csrc" / "api" / "include")]
         if tc:  # torch's own sleef.h is its build machine's: the target's comes from Debian (libsleef-dev:arm64)
@@ -174,8 +270,9 @@ def build_library(records: dict[str, bytes], torch_include: Path, target: str | 
                         + "); export without lite")
     # everything else it calls must come from the system's libraries (their names carry a version: GLIBC_,
     # GLIBCXX_, GOMP_, ...) or Sleef; an unversioned name is libtorch's or another library's
+    entries = {op.symbol for op in custom_ops}
     stray = [name for name, versioned in undefined
-             if not versioned and not name.startswith((PREFIX, "Sleef_"))]
+             if not versioned and not name.startswith((PREFIX, "Sleef_")) and name not in entries]
     if stray:
         raise LiteError(f"the lite model library calls {stray[0]}, which neither the lite runtime nor the system's "
                         f"libraries provide (libtorch's?)")
@@ -186,11 +283,13 @@ def build_library(records: dict[str, bytes], torch_include: Path, target: str | 
 
 
 @contextlib.contextmanager
-def compiling():
-    """inductor set up for a lite compile for the duration (inside the CPU variant's own settings)."""
+def compiling(custom_ops: tuple[CustomOp, ...] = ()):
+    """inductor set up for a lite compile for the duration (inside the CPU variant's own settings): the builtin ops
+    and custom_ops called as C functions."""
     from torch._inductor import config as inductor_config
 
-    with inductor_config.patch({**INDUCTOR_CONFIG, "aot_inductor.custom_ops_to_c_shims": _builtin_shims()}):
+    shims = {**_builtin_shims(), **{op.overload: [op.declaration] for op in custom_ops}}
+    with inductor_config.patch({**INDUCTOR_CONFIG, "aot_inductor.custom_ops_to_c_shims": shims}):
         yield
 
 
@@ -221,8 +320,8 @@ def _target_sleef(cxx: str, work: Path) -> Path:
     return folder
 
 
-def library_from_cpp_package(cpp_package: Path, target: str | None = None,
-                             arch_flags: tuple[str, ...] = ()) -> Library:
+def library_from_cpp_package(cpp_package: Path, target: str | None = None, arch_flags: tuple[str, ...] = (),
+                             custom_ops: tuple[CustomOp, ...] = ()) -> Library:
     """The lite library of a package_cpp_only compile of one model (for target: build_library's)."""
     import torch
     from torch.export.pt2_archive._package import PT2ArchiveReader
@@ -232,7 +331,7 @@ def library_from_cpp_package(cpp_package: Path, target: str | None = None,
     own = model_dir("model")
     with PT2ArchiveReader(str(cpp_package)) as reader:
         records = {n.split(own, 1)[1]: reader.read_bytes(n) for n in reader.get_file_names() if own in n}
-    return build_library(records, Path(torch.__file__).parent / "include", target, arch_flags)
+    return build_library(records, Path(torch.__file__).parent / "include", target, arch_flags, custom_ops)
 
 
 def _op_name(shim_name: str) -> str:
@@ -294,11 +393,13 @@ class Runner:
     """Runs a lite model library in this process through the lite runtime's shim (no libtorch in its calls: its
     names are the shim's own, beside torch's). For export's golden check; programs use the lite C API."""
 
-    def __init__(self, library: bytes, runtime: Path):
+    def __init__(self, library: bytes, runtime: Path, ops_libraries: tuple[Path, ...] = ()):
         import ctypes
 
         self._ct = ctypes
         self._shim = ctypes.CDLL(str(runtime), mode=ctypes.RTLD_GLOBAL)  # the model library resolves against it
+        # the custom ops' lite entries, which resolve the shim's names and which the model library calls
+        self._ops = [ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL) for path in ops_libraries]
         self._dir = tempfile.TemporaryDirectory(prefix="pt2rt-lite-run-")
         path = Path(self._dir.name) / "model.so"
         path.write_bytes(library)

@@ -124,7 +124,11 @@ int cmd_info(const std::string& package, bool json) {
             << "torch        " << spec.torch_version << "  (this runtime: " << pt2rt::torch_version() << ")\n";
   for (const auto& t : spec.inputs) os << "input        " << t.name << ": " << dims(t) << "\n";
   for (const auto& t : spec.outputs) os << "output       " << t.name << ": " << dims(t) << "\n";
-  for (const auto& o : spec.custom_ops) os << "custom op    " << o.name << "  <- " << o.library << "\n";
+  for (const auto& o : spec.custom_ops) {
+    os << "custom op    " << o.name << "  <- " << o.library;
+    if (!o.lite_library.empty()) os << ", lite: " << o.lite_library;
+    os << "\n";
+  }
   for (const auto& c : spec.custom_classes) os << "custom class " << c.name << "  <- " << c.library << "\n";
   for (const bool lite : {false, true}) {
     const auto& list = lite ? spec.lite_variants : spec.variants;

@@ -16,6 +16,7 @@
 
 #include "../src/common.h"
 #include "lite_tensor.h"
+#include "ops_libraries.h"
 #include "shim.h"
 #include "tensor.h"
 #include "torch_file.h"
@@ -48,7 +49,10 @@ void apply_num_threads() {
 // Every shim function referenced: a program linked with libpt2rt.a keeps them (and exports them by the static
 // library's --export-dynamic-symbol), though only the model library calls them.
 #define PT2RT_LITE_SHIM_ADDRESS(name) reinterpret_cast<const void*>(&pt2rt_lite_##name),
-[[gnu::used]] const void* const kShimFunctions[] = {PT2RT_LITE_SHIM_FUNCTIONS(PT2RT_LITE_SHIM_ADDRESS)};
+[[gnu::used]] const void* const kShimFunctions[] = {PT2RT_LITE_SHIM_FUNCTIONS(PT2RT_LITE_SHIM_ADDRESS)
+                                                   reinterpret_cast<const void*>(&pt2rt_lite_set_error),
+                                                   reinterpret_cast<const void*>(&pt2rt_lite_empty_like),
+                                                   reinterpret_cast<const void*>(&pt2rt_lite_parallel_for)};
 #undef PT2RT_LITE_SHIM_ADDRESS
 
 // The model library resolves the shim's names in the process's global scope: this library is put there (once),
@@ -73,7 +77,7 @@ struct Runtime::Impl {
   detail::Limits limits{};
   detail::FileIdentity identity;
   Spec spec;
-  std::vector<std::string> libraries;  // none: lite runs no ops libraries
+  std::vector<std::string> libraries;  // the ops libraries' lite builds loaded for it
   size_t variant = 0;                  // index into spec.lite_variants
   std::shared_ptr<detail::Extraction> extracted;
   void* library = nullptr;
@@ -111,19 +115,14 @@ void load_opened(Runtime::Impl& impl, const Options& options) {
   if (spec.lite_variants.empty()) {
     throw Error(ErrorCode::Package, path + " has no lite variants: export it with --lite to run it without libtorch");
   }
-  // the recurrent layers' ops are lite's own (rnn.cpp); any other needs an ops library, which lite does not load
-  std::string foreign = spec.custom_classes.empty() ? "" : spec.custom_classes[0].name;
-  for (const auto& op : spec.custom_ops)
-    if (foreign.empty() && op.name != "pt2rt::rnn_layer" && op.name != "pt2rt::lstm_layer") foreign = op.name;
-  if (!foreign.empty()) {
-    throw Error(ErrorCode::OpsLibrary, path + " needs " + foreign + " from an ops library; pt2rt-lite runs no ops libraries");
-  }
+  // the recurrent layers' ops are lite's own (rnn.cpp); other ops come from their ops libraries' lite builds
+  make_shim_global();  // which resolve the shim's names as the model library does
+  impl.libraries = lite::load_ops_libraries(spec, impl.from_memory ? "" : path, options);
   Spec lite = spec;  // select_variant chooses among a spec's variants
   lite.variants = spec.lite_variants;
   impl.variant = select_variant(lite, options.cpu_isa);
   const Variant& variant = spec.lite_variants[impl.variant];
   impl.extracted = detail::extract_variant(*impl.package, variant, options);
-  make_shim_global();
   const std::string file = impl.extracted->dir + "/" + variant.record;
   impl.library = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (impl.library == nullptr) {

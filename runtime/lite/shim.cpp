@@ -1,11 +1,16 @@
 // Tensor bookkeeping for lite model libraries: the aoti_torch_* functions (renamed pt2rt_lite_aoti_torch_*) that
 // create, view, describe and free tensors. Kernels are in ops.cpp.
+#include <omp.h>
+
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <stdexcept>
 
 #include "guard.h"
 #include "tensor.h"
+// ops' lite entries see these declarations: they must agree with the shim's (a conflict fails this compile)
+#include <pt2rt/lite_op.h>
 
 using namespace pt2rt::lite;
 
@@ -18,6 +23,35 @@ std::atomic<bool> grad_mode{false};
 }  // namespace
 
 const char* pt2rt_lite_shim_last_error() { return last_error().c_str(); }
+void pt2rt_lite_set_error(const char* message) {
+  set_last_error(message != nullptr && *message != '\0' ? message : "an op's lite entry failed");
+}
+AOTITorchError pt2rt_lite_empty_like(AtenTensorHandle tensor, AtenTensorHandle* ret) {
+  return guarded("empty_like", [&] {
+    const ShimTensor& like = *as_tensor(tensor);
+    *ret = as_handle(empty_strided(like.sizes, suggested_strides(like), like.dtype).release());
+  });
+}
+// As at::parallel_for does with OpenMP: at most one part per thread, each of at least grain; inline when the caller
+// is already one of a team's threads.
+void pt2rt_lite_parallel_for(int64_t begin, int64_t end, int64_t grain, void (*fn)(void*, int64_t, int64_t),
+                             void* context) {
+  if (end <= begin || fn == nullptr) return;
+  grain = std::max<int64_t>(grain, 1);
+  const int64_t chunks = (end - begin + grain - 1) / grain;
+  const int64_t threads = omp_in_parallel() ? 1 : std::min<int64_t>(omp_get_max_threads(), chunks);
+  if (threads <= 1) {
+    fn(context, begin, end);
+    return;
+  }
+#pragma omp parallel num_threads(static_cast<int>(threads))
+  {
+    const int64_t team = omp_get_num_threads();
+    const int64_t part = (chunks + team - 1) / team * grain;
+    const int64_t b = begin + omp_get_thread_num() * part;
+    if (b < end) fn(context, b, std::min(end, b + part));
+  }
+}
 
 int32_t pt2rt_lite_aoti_torch_device_type_cpu() { return kDeviceCpu; }
 int32_t pt2rt_lite_aoti_torch_device_type_cuda() { return kDeviceCuda; }

@@ -15,6 +15,12 @@ constexpr AOTITorchError kShimFailure = 1;
 
 // What the calling thread's last failed shim call said (the model library sees only the error code).
 PT2RT_LITE_SHIM const char* pt2rt_lite_shim_last_error();
+// For ops' lite entries (pt2rt/lite_op.h, which declares them too): the message of a failing op, and a parallel
+// loop on the caller's threads.
+PT2RT_LITE_SHIM void pt2rt_lite_set_error(const char* message);
+PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_empty_like(AtenTensorHandle tensor, AtenTensorHandle* ret);
+PT2RT_LITE_SHIM void pt2rt_lite_parallel_for(int64_t begin, int64_t end, int64_t grain,
+                                             void (*fn)(void* context, int64_t begin, int64_t end), void* context);
 
 // Bookkeeping
 PT2RT_LITE_SHIM int32_t pt2rt_lite_aoti_torch_device_type_cpu();

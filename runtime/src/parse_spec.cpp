@@ -151,6 +151,7 @@ CustomOpSpec parse_custom(const nlohmann::json& j) {
   if (j.contains("overload")) c.overload = j.at("overload").get<std::string>();
   if (j.contains("schema")) c.schema = j.at("schema").get<std::string>();
   if (j.contains("method_schemas")) c.method_schemas = j.at("method_schemas").get<std::map<std::string, std::string>>();
+  if (j.contains("lite_library")) c.lite_library = j.at("lite_library").get<std::string>();
   return c;
 }
 
@@ -197,7 +198,10 @@ Spec parse_spec(const std::string& json_text, const std::string& path) {
     for (const auto* list : {&s.custom_ops, &s.custom_classes}) {
       for (const auto& c : *list) s.libraries.push_back(c.library);
     }
-    for (const auto& lib : s.libraries) {
+    std::vector<std::string> named = s.libraries;  // and the lite builds pt2rt-lite loads
+    for (const auto& c : s.custom_ops)
+      if (!c.lite_library.empty()) named.push_back(c.lite_library);
+    for (const auto& lib : named) {
       if (lib.empty() || lib == "." || lib == ".." || lib.find('/') != std::string::npos ||
           std::any_of(lib.begin(), lib.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; })) {
         malformed(path, "library '" + lib + "' is not a plain file name");

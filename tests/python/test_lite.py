@@ -157,10 +157,103 @@ def test_a_model_that_changes_its_buffers_is_refused_by_name(tmp_path):
         export_package(Counter(), (torch.randn(3),), tmp_path / "m.pt2", lite=True)
 
 
-def test_custom_op_is_refused_by_name(tmp_path):
-    model, inputs = models.identity_conv_op_only()
-    with pytest.raises(lite.LiteError, match=r"lite has no kernel for the custom op my_ops::identity_conv_op"):
-        export_package(model, inputs, tmp_path / "m.pt2", lite=True)
+@pytest.fixture(scope="module")
+def op_package(tmp_path_factory):
+    """The example net with my_ops::identity_conv_op (and an aten depthwise convolution in place of its TorchBind
+    object), exported with lite: the op runs from libidentity_conv_ops_lite.so."""
+    model, inputs = models.identity_conv_net_lite()
+    path = tmp_path_factory.mktemp("lite-op") / "net_lite.pt2"
+    export_package(model, inputs, path, dynamic_batch=(1, 8), cpu_isa="default", lite=True, golden=2)
+    return path, model
+
+
+def test_custom_op_runs_in_lite_from_its_ops_librarys_lite_build(op_package, tmp_path):
+    path, model = op_package
+    (op,) = read_spec(path)["custom_ops"]
+    assert op["name"] == "my_ops::identity_conv_op" and op["lite_library"] == "libidentity_conv_ops_lite.so"
+    # inputs the export never saw, channels-last among them (the op is given what the convolution leaves)
+    x = torch.randn(5, 3, 32, 32).contiguous(memory_format=torch.channels_last)
+    torch.save(x, tmp_path / "x.pt")
+    env = dict(__import__("os").environ, LD_DEBUG="libs")
+    result = subprocess.run([str(_pt2run_lite()), "run", str(path), "--input", str(tmp_path / "x.pt"), "--output",
+                             str(tmp_path / "y.pt")], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    loaded = _loaded_libraries(result.stderr)
+    assert "libidentity_conv_ops_lite.so" in loaded
+    assert not [n for n in loaded if re.search(r"torch|c10|python", n)], loaded
+    with torch.no_grad():
+        expected = models.identity_conv_net()[0](x)  # the model with the TorchBind object, in eager
+    torch.testing.assert_close(torch.load(tmp_path / "y.pt"), expected, rtol=1e-4, atol=1e-4)
+    info = subprocess.run([str(_pt2run_lite()), "info", str(path)], capture_output=True, text=True).stdout
+    assert "my_ops::identity_conv_op  <- libidentity_conv_ops.so, lite: libidentity_conv_ops_lite.so" in info
+
+
+def test_lite_refuses_a_full_ops_library_given_for_a_lite_one(op_package):
+    """The full library would bring libtorch into the lite process: one the package does not name is refused."""
+    path, _ = op_package
+    given = lite.find_runtime().resolve().parent / read_spec(path)["custom_ops"][0]["library"]
+    result = subprocess.run([str(_pt2run_lite()), "verify", str(path), "--ops", str(given)], capture_output=True,
+                            text=True)
+    assert result.returncode == 4, result.stderr
+    assert (f"ops library {given} is not one the package's lite variants use (libidentity_conv_ops_lite.so)"
+            in result.stderr)
+
+
+def test_lite_entry_failing_fails_the_run_with_its_message(tmp_path):
+    """The op's own check (a 4-D input) from its lite entry: the run fails with the entry's message, exit 7."""
+    class Flat(torch.nn.Module):
+        def forward(self, x):
+            return torch.ops.my_ops.identity_conv_op(x).sum()
+
+    path = export_package(Flat(), (torch.randn(1, 2, 3, 4),), tmp_path / "flat.pt2", lite=True, cpu_isa="default")
+    library = _library(path, read_spec(path)["lite_variants"][0])
+    runner = lite.Runner(library, lite.find_runtime(),
+                         (lite.find_runtime().resolve().parent / "libidentity_conv_ops_lite.so",))
+    try:
+        torch.testing.assert_close(runner(torch.ones(1, 2, 3, 4))[0], torch.tensor(24.0))
+        with pytest.raises(lite.LiteError, match=r"identity_conv_op: expected dtype float32, float64, float16 or "
+                                                 r"bfloat16, got int64"):
+            runner(torch.ones(1, 2, 3, 4, dtype=torch.int64))
+    finally:
+        runner.close()
+
+
+def test_custom_op_without_a_lite_build_is_refused_by_name(tmp_path):
+    from export_tools import load_ops_library
+
+    probe = lite.find_runtime().resolve().parent / "libpt2rt_probe_ops.so"
+    load_ops_library(probe)
+    torch.library.register_fake("pt2rt_probe::hold", lambda x, micros: torch.empty_like(x), allow_override=True)
+
+    class Probe(torch.nn.Module):
+        def forward(self, x):
+            return torch.ops.pt2rt_probe.hold(x, 1)
+
+    with pytest.raises(lite.LiteError, match=r"lite has no kernel for the custom op pt2rt_probe::hold: its ops "
+                                             r"library's lite build libpt2rt_probe_ops_lite.so is not next to "):
+        export_package(Probe(), (torch.randn(2, 3),), tmp_path / "m.pt2", lite=True)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_c_declarations_follow_the_schema():
+    lib = torch.library.Library("pt2rt_lite_decl", "FRAGMENT")
+    lib.define("every(Tensor x, Tensor? w, Tensor[] xs, int k, SymInt? m, int[] s, float a, float? b, bool f, "
+               "str mode) -> (Tensor, Tensor)")
+    lib.define("writes(Tensor(a!) x) -> Tensor")
+    lib.define("dtyped(Tensor x, ScalarType t) -> Tensor")
+    lib.define("counts(Tensor x) -> int")
+    ops = torch.ops.pt2rt_lite_decl
+    assert lite.c_declaration(ops.every.default) == (
+        "AOTITorchError aoti_torch_cpu_every(AtenTensorHandle x, AtenTensorHandle* w, const AtenTensorHandle* xs, "
+        "int64_t xs_len_, int64_t k, int64_t* m, const int64_t* s, int64_t s_len_, double a, double* b, int32_t f, "
+        "const char* mode, AtenTensorHandle* ret0, AtenTensorHandle* ret1)")
+    assert lite.op_symbol("acme::scale2") == "pt2rt_op_acme_scale2"
+    with pytest.raises(lite.LiteError, match=r"pt2rt_lite_decl::writes: it writes its argument x"):
+        lite.c_declaration(ops.writes.default)
+    with pytest.raises(lite.LiteError, match=r"its argument t of type ScalarType"):
+        lite.c_declaration(ops.dtyped.default)
+    with pytest.raises(lite.LiteError, match=r"pt2rt_lite_decl::counts: it returns a int"):
+        lite.c_declaration(ops.counts.default)
 
 
 def test_op_without_a_lite_kernel_is_refused_by_name(tmp_path):

@@ -44,6 +44,28 @@ def identity_conv_net(dtype: torch.dtype = torch.float32):
     return model, (torch.randn(4, 3, 32, 32, generator=gen).to(dtype),)
 
 
+class IdentityConvNetLite(torch.nn.Module):
+    """IdentityConvNet with its depthwise convolution as a weight and an aten convolution instead of the TorchBind
+    object (which pt2rt-lite cannot hold): the op, then the same layers. Equal to IdentityConvNet to rounding."""
+
+    def __init__(self, weight: torch.Tensor, conv: torch.nn.Conv2d):
+        super().__init__()
+        self.register_buffer("depthwise_weight", weight.clone())
+        self.conv = conv
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        k = self.depthwise_weight.shape[-1]
+        y = torch.nn.functional.conv2d(x, self.depthwise_weight, padding=k // 2, groups=x.shape[1])
+        y = torch.ops.my_ops.identity_conv_op(y)
+        return torch.relu(self.conv(y))
+
+
+def identity_conv_net_lite():
+    """identity_conv_net's weights in IdentityConvNetLite: a model with a custom op that pt2rt-lite runs."""
+    model, inputs = identity_conv_net()
+    return IdentityConvNetLite(model.depthwise.get_weight(), model.conv).eval(), inputs
+
+
 def identity_conv_net_fp16():
     return identity_conv_net(torch.float16)
 

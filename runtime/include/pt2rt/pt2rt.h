@@ -154,6 +154,8 @@ struct CustomOpSpec {
   std::string overload;  // ops: the overload name, "" for the default
   std::string schema;    // ops: "acme::scale2(Tensor x) -> Tensor"
   std::map<std::string, std::string> method_schemas;  // classes: method name -> schema
+  // ops of a package with lite variants: the library's lite build that pt2rt-lite loads ("libacme_ops_lite.so")
+  std::string lite_library;
 };
 
 // One compile of the model for one kind of CPU (export --cpu-isa): a package holds one or more.
