@@ -1,7 +1,10 @@
 """`export-tools new-op NAMESPACE::OP --out DIR`: a buildable ops project to start a user's own operator from.
 
-DIR/CMakeLists.txt         builds lib<ns>_ops.so with pt2rt_add_ops_library (find_package(pt2rt) from a dist/)
-DIR/csrc/<op>.cpp          the schema NAMESPACE::OP(Tensor x) -> Tensor and a working CPU kernel (2 * x) to edit
+DIR/CMakeLists.txt         builds lib<ns>_ops.so with pt2rt_add_ops_library (find_package(pt2rt) from a dist/) and
+                           its lite build lib<ns>_ops_lite.so with pt2rt_add_lite_ops_library (no torch)
+DIR/csrc/<op>_kernel.h     the CPU kernel (2 * x) to edit, torch-free: both libraries call it
+DIR/csrc/<op>.cpp          the schema NAMESPACE::OP(Tensor x) -> Tensor and the CPU kernel's registration
+DIR/csrc/<op>_lite.cpp     the op's lite entry (PT2RT_LITE_OP): what a package exported with --lite calls
 DIR/csrc/<op>_cuda.cu      its CUDA kernel (built when the torch found has CUDA)
 DIR/python/<ns>_ops/       `import <ns>_ops` loads DIR/build/lib<ns>_ops.so (or $<NS>_OPS_LIBRARY), registers the fake
 DIR/tests/test_<op>.py     the kernel against a reference, torch.library.opcheck, torch.compile
@@ -40,7 +43,9 @@ def write_project(qualified: str, out: Path) -> list[Path]:
         raise ScaffoldError(f"{out} exists and is not an empty directory; choose a new one")
     files = {
         "CMakeLists.txt": _CMAKE,
+        f"csrc/{op}_kernel.h": _KERNEL,
         f"csrc/{op}.cpp": _CPU,
+        f"csrc/{op}_lite.cpp": _LITE,
         f"csrc/{op}_cuda.cu": _CUDA,
         f"python/{ns}_ops/__init__.py": _PYTHON,
         f"tests/test_{op}.py": _TEST,
@@ -70,17 +75,41 @@ if(TARGET torch_cuda)
 endif()
 find_package(pt2rt REQUIRED)  # pt2rt_add_ops_library
 pt2rt_add_ops_library(@NS@_ops SOURCES csrc/@OP@.cpp csrc/@OP@_cuda.cu)
-set_target_properties(@NS@_ops PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})
+# the lite build, for packages exported with --lite (pt2rt-lite): the same kernel, no torch; the exporter finds it
+# beside lib@NS@_ops.so
+pt2rt_add_lite_ops_library(@NS@_ops_lite SOURCES csrc/@OP@_lite.cpp)
+set_target_properties(@NS@_ops @NS@_ops_lite PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})
 include(GNUInstallDirs)
-install(TARGETS @NS@_ops LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(TARGETS @NS@_ops @NS@_ops_lite LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+"""
+
+_KERNEL = """
+// @QUALIFIED@'s CPU kernel, torch-free: the full library (@OP@.cpp) and the lite build (@OP@_lite.cpp) both run
+// it. It computes 2 * x: edit the loop, and the reference in tests/test_@OP@.py with it.
+#pragma once
+
+#include <cstdint>
+
+namespace @NS@_kernels {
+
+// dst[i] = f(src[i]) for i in [begin, end) of dense rows; T: float, double, or a type converting to and from float
+template <typename T>
+void @OP@(const T* src, T* dst, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i) dst[i] = static_cast<T>(2.0f * static_cast<float>(src[i]));
+}
+
+}  // namespace @NS@_kernels
 """
 
 _CPU = """
 // @QUALIFIED@(Tensor x) -> Tensor: the schema (one TORCH_LIBRARY block per namespace, in one library) and the
-// CPU kernel. The kernel computes 2 * x: edit the loop, and the reference in tests/test_@OP@.py with it.
+// CPU kernel's registration; the kernel is @OP@_kernel.h's.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
 #include <torch/library.h>
+
+#include "@OP@_kernel.h"
 
 namespace {
 
@@ -91,7 +120,9 @@ at::Tensor @OP@_cpu(const at::Tensor& x) {
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, in.scalar_type(), "@OP@_cpu", [&] {
     const scalar_t* src = in.const_data_ptr<scalar_t>();
     scalar_t* dst = out.mutable_data_ptr<scalar_t>();
-    for (int64_t i = 0; i < in.numel(); ++i) dst[i] = static_cast<scalar_t>(2.0f * static_cast<float>(src[i]));
+    at::parallel_for(0, in.numel(), 1 << 15, [&](int64_t begin, int64_t end) {
+      @NS@_kernels::@OP@(src, dst, begin, end);
+    });
   });
   return out;
 }
@@ -101,6 +132,50 @@ at::Tensor @OP@_cpu(const at::Tensor& x) {
 TORCH_LIBRARY(@NS@, m) { m.def("@OP@(Tensor x) -> Tensor"); }
 
 TORCH_LIBRARY_IMPL(@NS@, CPU, m) { m.impl("@OP@", &@OP@_cpu); }
+"""
+
+_LITE = """
+// @QUALIFIED@'s lite entry (lib@NS@_ops_lite.so, no torch): what a package exported with --lite calls in place of
+// the op (docs/lite.md). The arguments follow the schema (pt2rt/lite_op.h has the table); the kernel is
+// @OP@_kernel.h's. float32 and float64 here; the full library takes half types too.
+#include <pt2rt/lite_op.h>
+
+#include <string>
+
+#include "@OP@_kernel.h"
+
+namespace lite = pt2rt::lite_op;
+
+namespace {
+
+template <typename T>
+void run(const lite::Tensor& in, const lite::Tensor& out) {
+  const T* src = static_cast<const T*>(in.ref().data());
+  T* dst = static_cast<T*>(out.ref().data());
+  lite::parallel_for(0, in.ref().numel(), 1 << 15, [&](int64_t begin, int64_t end) {
+    @NS@_kernels::@OP@(src, dst, begin, end);
+  });
+}
+
+}  // namespace
+
+PT2RT_LITE_OP(@NS@, @OP@)(AtenTensorHandle x, AtenTensorHandle* ret0) {
+  return lite::guarded("@QUALIFIED@", [&] {
+    const lite::TensorRef given(x);
+    const lite::Dtype dtype = given.dtype();
+    if (dtype != lite::Dtype::Float32 && dtype != lite::Dtype::Float64) {
+      throw std::invalid_argument(std::string("expected a float32 or float64 tensor, got ") + lite::dtype_name(dtype));
+    }
+    const lite::Tensor in = lite::Tensor::contiguous(given);
+    lite::Tensor out = lite::Tensor::empty_contiguous(given.sizes(), given.dim(), dtype);  // as the fake says
+    if (dtype == lite::Dtype::Float32) {
+      run<float>(in, out);
+    } else {
+      run<double>(in, out);
+    }
+    *ret0 = out.release();
+  });
+}
 """
 
 _CUDA = """
@@ -235,4 +310,9 @@ Use it from PyTorch with `import @NS@_ops`, export a model that calls `torch.ops
 finds it without `--ops` (its RUNPATH is `$ORIGIN`: it finds libtorch there too):
 
     cmake --install build --prefix <pt2rt dist>
+
+pt2rt-lite (no libtorch): `csrc/@OP@_lite.cpp` is the op's lite entry, on the same kernel (`csrc/@OP@_kernel.h`),
+built into `build/lib@NS@_ops_lite.so`. Export with `--lite` (export finds the lite build beside
+`lib@NS@_ops.so` and refuses a model whose op has none), then run the package with pt2rt-lite's pt2run:
+`pt2run run PACKAGE --ops build/lib@NS@_ops_lite.so ...`, or install it beside the lite `libpt2rt.so`.
 """

@@ -7,6 +7,9 @@ the dynamic batch; float, int64 and bool outputs; with input and expected files)
 net_bf16.pt2 (half-precision exports), aliasing.pt2 (outputs that alias an input, a constant, each other), tensor files
 for pt2run (net_input.pt, net_expected.pt, a list file), and bad/*.pt2: damaged or foreign packages.
 --target linux-x86_64,linux-aarch64 (the cross build's tests): every package also holds an aarch64 variant.
+--lite: also lite/ - op_static.pt2, net_dynamic.pt2 (the example net without its TorchBind object:
+my_ops.models.identity_conv_net_lite) and multi_io.pt2 exported with lite variants, for the C API's tests against
+pt2rt-lite (tests/c_api/lite_test.sh).
 """
 
 import argparse
@@ -35,15 +38,16 @@ from export_tools.package import SPEC_KEY
 PLACES_NOT_SHAPING = {"TORCHINDUCTOR_CACHE_DIR"}
 
 
-def fingerprint(probe_ops: Path, target: str | None, cpu_identity: str | None = None) -> str:
+def fingerprint(probe_ops: Path, target: str | None, cpu_identity: str | None = None, lite: bool = False) -> str:
     """Everything that shapes the packages: the sources and libraries that make them, and what the compile sees of
     this machine (the CPU as torch and the compiler see it - an emulated host is another machine - and the compiler).
     cpu_identity: what the CPU is, given by the caller in place of asking torch and the compiler here (an emulated
     CPU's, looked up natively)."""
     from export_tools import cpu
-    h = hashlib.sha256(torch.__version__.encode() + str(target).encode())
+    h = hashlib.sha256(torch.__version__.encode() + str(target).encode() + (b" lite" if lite else b""))
     sources = sorted(Path(export_tools.__file__).parent.glob("*.py")) + sorted(Path(my_ops.__file__).parent.glob("*.py"))
     kernels = recurrent.find_library()  # the recurrent package calls it
+    # (lite: the lite runtime and the ops' lite builds check the lite variants; they do not shape them)
     for path in sources + [Path(__file__), my_ops.library_path(), probe_ops] + ([kernels] if kernels else []):
         h.update(path.read_bytes())
     # the compiler by what it says it is, not by its path (scripts/emulate-x86.sh puts a wrapper in a new folder)
@@ -183,6 +187,19 @@ def export_multi_io(out: Path) -> None:
         torch.save(list(model(x, y)), out / "multi_io_expected.pt")
 
 
+def export_lite(out: Path) -> None:
+    """The C API tests' packages with lite variants (the default CPU variant and its lite build)."""
+    out.mkdir()
+    net, net_inputs = models.identity_conv_net_lite()
+    export_package(net, net_inputs, out / "net_dynamic.pt2", dynamic_batch=(1, 32), cpu_isa="default", lite=True,
+                   golden=2)
+    op_model, op_inputs = models.identity_conv_op_only()
+    export_package(op_model, op_inputs, out / "op_static.pt2", cpu_isa="default", lite=True)
+    g = torch.Generator().manual_seed(11)
+    export_package(MultiIO(), (torch.randn(2, 3, 4, 4, generator=g), torch.randn(2, 3, 4, 4, generator=g)),
+                   out / "multi_io.pt2", dynamic_batch=(1, 8), golden=2, cpu_isa="default", lite=True)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True, type=Path)
@@ -190,6 +207,7 @@ def main():
     parser.add_argument("--target", default=None, help="export_package's target for every package")
     parser.add_argument("--cpu-identity", default=None,
                         help="what the CPU is (scripts/test-x86-hosts.sh: the emulated compiler's -march=native)")
+    parser.add_argument("--lite", action="store_true", help="also lite/: packages with lite variants")
     parser.add_argument("--cache-only", action="store_true",
                         help="take the packages from the machine's cache or exit 3; export nothing")
     args = parser.parse_args()
@@ -197,7 +215,7 @@ def main():
     export_package = functools.partial(export_package, target=args.target)
     out = args.out
     stamp = out / "fingerprint"
-    fp = fingerprint(args.probe_ops, args.target, args.cpu_identity)
+    fp = fingerprint(args.probe_ops, args.target, args.cpu_identity, args.lite)
     if stamp.is_file() and stamp.read_text() == fp:
         print(f"test packages in {out} are up to date")
         return 0
@@ -231,8 +249,13 @@ def main():
     export_package(Recurrent().eval(), (torch.randn(9, 2, 6), torch.randn(4, 2, 24)), out / "recurrent.pt2", golden=3,
                    cpu_isa="default", dynamic_shapes=({1: batch}, {1: batch}))
 
+    if args.lite:
+        export_lite(out / "lite")
+
     x = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(7))
     torch.save(x, out / "net_input.pt")
+    if args.lite:
+        torch.save(x, out / "lite" / "net_input.pt")  # test_c_api.c loads it as a package: not one
     with torch.no_grad():
         torch.save(model(x), out / "net_expected.pt")
     torch.save([x, x], out / "two_tensors.pt")

@@ -2,7 +2,8 @@
 # A user's own operator, end to end, as docs/ops.md walks it: `export-tools new-op` writes a project, it builds
 # against an installed pt2rt (find_package(pt2rt), pt2rt_add_ops_library) and the venv's torch, its own tests
 # pass, a model using it and my_ops exports to one package, and pt2run runs that package - its own library by --ops
-# and my_ops by the search, then both by the search once installed beside the runtime - equal to eager.
+# and my_ops by the search, then both by the search once installed beside the runtime - equal to eager; then the
+# same with --lite, run by pt2rt-lite's pt2run on the two libraries' lite builds, with no libtorch loaded.
 #   end_to_end.sh BUILD_DIR PYTHON
 set -euo pipefail
 BUILD=$1 PYTHON=$2
@@ -62,4 +63,38 @@ runpath=$(readelf -d dist/lib/libacme_ops.so | sed -n 's/.*(RUNPATH).*\[\(.*\)\]
 [ "$runpath" = '$ORIGIN' ] || { echo "installed libacme_ops.so has RUNPATH '$runpath', expected \$ORIGIN"; exit 1; }
 echo "== pt2run, the libraries by the search (next to libpt2rt.so; PT2RT_OPS_PATH)"
 env -i PT2RT_OPS_PATH="$WORK/dist/lib" "$BUILD/bin/pt2run" verify both.pt2
+echo "== pt2rt-lite: a model using acme::scale2 and my_ops::identity_conv_op -> export --lite"
+cat > export_lite.py <<'PY'
+import sys, torch
+import acme_ops  # noqa: F401
+from export_tools import export_package, read_spec
+from my_ops import models
+
+class Both(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net, _ = models.identity_conv_net_lite()
+    def forward(self, x):
+        return torch.ops.acme.scale2(self.net(x))
+
+model = Both().eval()
+path = export_package(model, (torch.randn(2, 3, 32, 32),), sys.argv[1], dynamic_batch=(1, 8), golden=2,
+                      cpu_isa="default", lite=True)
+lite = {o["name"]: o["lite_library"] for o in read_spec(path)["custom_ops"]}
+assert lite == {"acme::scale2": "libacme_ops_lite.so", "my_ops::identity_conv_op": "libidentity_conv_ops_lite.so"}, lite
+y = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(6)).contiguous(memory_format=torch.channels_last)
+torch.save(y, sys.argv[2])
+with torch.no_grad():
+    torch.save(model(y), sys.argv[3])
+PY
+PYTHONPATH=proj/python${PYTHONPATH:+:$PYTHONPATH} "$PYTHON" export_lite.py lite.pt2 lite_in.pt lite_eager.pt
+echo "== pt2rt-lite's pt2run, the new lite build by --ops (my_ops' next to the lite runtime)"
+env -u PT2RT_OPS_PATH LD_DEBUG=libs LD_DEBUG_OUTPUT="$WORK/ld" "$BUILD/bin/pt2run_lite" run lite.pt2 \
+  --ops proj/build/libacme_ops_lite.so --input lite_in.pt --output lite_out.pt
+if grep -hE 'calling init: .*(torch|c10|python)' "$WORK"/ld.*; then echo "pt2run_lite loaded libtorch" >&2; exit 1; fi
+grep -hq 'calling init: .*libacme_ops_lite.so' "$WORK"/ld.* || { echo "libacme_ops_lite.so was not loaded" >&2; exit 1; }
+"$PYTHON" -c "
+import sys, torch
+torch.testing.assert_close(torch.load(sys.argv[1]), torch.load(sys.argv[2]), rtol=1e-5, atol=1e-5)
+print('pt2run (lite) output equals eager')" lite_out.pt lite_eager.pt
 echo "end to end: PASSED"

@@ -43,6 +43,8 @@ AOTITorchError pt2rt_lite_aoti_torch_empty_strided(int64_t ndim, const int64_t* 
                                                    int32_t dtype, int32_t device_type, int32_t device_index,
                                                    AtenTensorHandle* ret);
 AOTITorchError pt2rt_lite_aoti_torch_delete_tensor_object(AtenTensorHandle tensor);
+// Every element of src into self (the same sizes and dtype, any strides on either side).
+AOTITorchError pt2rt_lite_aoti_torch_copy_(AtenTensorHandle self, AtenTensorHandle src, int32_t non_blocking);
 // A new tensor laid out as torch.empty_like(tensor) lays it out: tensor's strides when it is dense, else
 // channels-last or contiguous (its suggested memory format).
 AOTITorchError pt2rt_lite_empty_like(AtenTensorHandle tensor, AtenTensorHandle* ret);
@@ -154,6 +156,12 @@ class Tensor {
       step *= s[static_cast<std::size_t>(d)] > 1 ? s[static_cast<std::size_t>(d)] : 1;
     }
     return empty_strided(s, st, dtype);
+  }
+  // A contiguous copy of t (for kernels that read dense rows).
+  static Tensor contiguous(const TensorRef& t) {
+    Tensor out = empty_contiguous(t.sizes(), t.dim(), t.dtype());
+    check(pt2rt_lite_aoti_torch_copy_(out.handle_, t.handle(), 0), "copy_");
+    return out;
   }
   Tensor(Tensor&& other) noexcept : handle_(other.handle_), ref_(other.ref_) { other.handle_ = nullptr; }
   Tensor(const Tensor&) = delete;
