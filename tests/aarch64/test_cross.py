@@ -228,9 +228,13 @@ torch.save(M()(x), sys.argv[3])
 def test_the_aarch64_lite_bundle_verifies_and_runs_a_lite_package_equal_to_eager(tmp_path):
     """make lite TARGET=linux-aarch64's bundle (scripts/test-aarch64.sh builds it first) runs a package exported here
     with --lite for linux-aarch64: convolutions, products, attention and a GRU in NEON's kernels, under qemu, with
-    no libtorch anywhere."""
+    no libtorch anywhere; my_ops::identity_conv_op from the bundle's libidentity_conv_ops_lite.so."""
     sys.path.insert(0, str(ROOT / "tests" / "python"))
     from test_lite import Tagger, _Recurrent  # noqa: PLC0415
+
+    class OpTagger(Tagger):
+        def forward(self, x):
+            return super().forward(torch.ops.my_ops.identity_conv_op(x))
 
     dist = Path(os.environ.get("PT2RT_LITE_AARCH64_DIST", ROOT / "dist-lite-linux-aarch64"))
     pt2run = dist / "bin" / "pt2run"
@@ -241,7 +245,8 @@ def test_the_aarch64_lite_bundle_verifies_and_runs_a_lite_package_equal_to_eager
         assert "AArch64" in header and not any(n in needed for n in ("libtorch", "libc10", "libpython")), f
     torch.manual_seed(0)
     env = {**os.environ, "PT2RT_QEMU_LIBRARY_PATH": "/usr/lib/aarch64-linux-gnu"}
-    for name, model, x in (("tagger", Tagger().eval(), torch.randn(2, 3, 20, 20)),
+    assert (dist / "lib" / "libidentity_conv_ops_lite.so").is_file()
+    for name, model, x in (("tagger", OpTagger().eval(), torch.randn(2, 3, 20, 20)),
                            ("recurrent", _Recurrent().eval(), torch.randint(0, 100, (3, 7)))):
         path = export_package(model, (x,), tmp_path / f"{name}.pt2", target="linux-aarch64", lite=True, golden=2)
         assert [v["arch"] for v in read_spec(path)["lite_variants"]] == ["aarch64"]

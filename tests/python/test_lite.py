@@ -492,7 +492,8 @@ def test_make_lite_bundle_is_small_and_names_no_libtorch(dist_lite):
     assert sum(p.stat().st_size for p in files) <= 10_000_000
     names = {str(p.relative_to(dist_lite)) for p in dist_lite.rglob("*")}
     assert {"bin/pt2run", "lib/libpt2rt.so", "lib/libpt2rt.a", "lib/libsleef.so.3", "include/pt2rt/pt2rt.h",
-            "include/pt2rt/pt2rt_c.h", "lib/cmake/pt2rt/pt2rtConfig.cmake"} <= names
+            "include/pt2rt/pt2rt_c.h", "include/pt2rt/lite_op.h", "lib/cmake/pt2rt/pt2rtConfig.cmake",
+            "lib/cmake/pt2rt/pt2rtOpsLibrary.cmake", "lib/libidentity_conv_ops_lite.so"} <= names
     for p in files:
         if p.suffix in (".so", ".3") or ".so." in p.name or p.parent.name == "bin":
             dynamic = subprocess.run(["readelf", "-d", str(p)], capture_output=True, text=True).stdout
