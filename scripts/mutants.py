@@ -321,6 +321,19 @@ mutant("kernels: the reverse direction run forwards", "runtime/kernels/rnn.cpp",
        ctest("^Runtime[.]RecurrentLayersRun"))
 
 
+# --- custom ops in pt2rt-lite (export_tools/lite.py, runtime/lite/ops_libraries.cpp, ops/identity_conv_lite.cpp)
+mutant("lite ops: a bool argument declared 64 bits wide", "export_tools/lite.py",
+       '"bool": ["int32_t {n}"]', '"bool": ["int64_t {n}"]',
+       pytest("tests/python/test_lite.py", "-k", "c_declarations"))
+mutant("lite ops: a given library the package does not name loaded anyway", "runtime/lite/ops_libraries.cpp",
+       "    if (!wanted.count(basename_of(lib))) {", "    if (false) {",
+       pytest("tests/python/test_lite.py", "-k", "full_ops_library"))
+mutant("lite ops: the entry's output laid out contiguous, not as empty_like", "ops/identity_conv_lite.cpp",
+       "    lite::Tensor out = lite::Tensor::empty_like(in);",
+       "    lite::Tensor out = lite::Tensor::empty_contiguous(in.sizes(), 4, t);",
+       pytest("tests/python/test_lite.py", "-k", "lite_entry_keeps_the_layout"))
+
+
 # ---------------------------------------------------------------------------------------------------------------
 
 def text_problems(mutants):

@@ -199,18 +199,23 @@ def test_lite_refuses_a_full_ops_library_given_for_a_lite_one(op_package):
             in result.stderr)
 
 
-def test_lite_entry_failing_fails_the_run_with_its_message(tmp_path):
-    """The op's own check (a 4-D input) from its lite entry: the run fails with the entry's message, exit 7."""
+def test_lite_entry_keeps_the_layout_and_its_failure_fails_the_run_with_its_message(tmp_path):
+    """The entry's output is laid out as the fake says (empty_like: channels-last stays channels-last), which the
+    generated code indexes by; the op's own check (a floating dtype) fails the run with the entry's message."""
     class Flat(torch.nn.Module):
         def forward(self, x):
-            return torch.ops.my_ops.identity_conv_op(x).sum()
+            y = torch.ops.my_ops.identity_conv_op(x.contiguous(memory_format=torch.channels_last))
+            return y.flatten(1) * 2, torch.ops.my_ops.identity_conv_op(x).sum()  # the second sees the input itself
 
-    path = export_package(Flat(), (torch.randn(1, 2, 3, 4),), tmp_path / "flat.pt2", lite=True, cpu_isa="default")
+    model = Flat()
+    path = export_package(model, (torch.randn(1, 2, 3, 4),), tmp_path / "flat.pt2", lite=True, cpu_isa="default")
     library = _library(path, read_spec(path)["lite_variants"][0])
     runner = lite.Runner(library, lite.find_runtime(),
                          (lite.find_runtime().resolve().parent / "libidentity_conv_ops_lite.so",))
     try:
-        torch.testing.assert_close(runner(torch.ones(1, 2, 3, 4))[0], torch.tensor(24.0))
+        x = torch.randn(1, 2, 3, 4)
+        for got, expected in zip(runner(x), model(x)):
+            torch.testing.assert_close(got, expected)
         with pytest.raises(lite.LiteError, match=r"identity_conv_op: expected dtype float32, float64, float16 or "
                                                  r"bfloat16, got int64"):
             runner(torch.ones(1, 2, 3, 4, dtype=torch.int64))
