@@ -313,7 +313,8 @@ def test_new_op_writes_the_project_and_never_over_a_users_files(capsys, tmp_path
     assert code == 0
     written = sorted(str(p.relative_to(tmp_path / "proj")) for p in (tmp_path / "proj").rglob("*") if p.is_file())
     assert written == ["CMakeLists.txt", "README.md", "csrc/scale2.cpp", "csrc/scale2_cuda.cu",
-                       "python/acme_ops/__init__.py", "tests/test_scale2.py"]
+                       "csrc/scale2_kernel.h", "csrc/scale2_lite.cpp", "python/acme_ops/__init__.py",
+                       "tests/test_scale2.py"]
     assert 'm.def("scale2(Tensor x) -> Tensor")' in (tmp_path / "proj/csrc/scale2.cpp").read_text()
     before = (tmp_path / "proj/csrc/scale2.cpp").read_text()
     code, _, err = run_cli(capsys, "new-op", "acme::other", "--out", str(tmp_path / "proj"))
