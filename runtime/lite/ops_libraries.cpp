@@ -5,15 +5,9 @@
 #include "ops_libraries.h"
 
 #include <dlfcn.h>
-#include <limits.h>
-#include <stdlib.h>
-#include <sys/stat.h>
 
-#include <cstdlib>
 #include <map>
 #include <mutex>
-#include <set>
-#include <sstream>
 
 #include "../src/common.h"
 #include "shim.h"
@@ -22,28 +16,16 @@ namespace pt2rt::lite {
 
 namespace {
 
-bool is_file(const std::string& path) {
-  struct stat st {};
-  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
-std::string absolute(const std::string& path) {
-  char buf[PATH_MAX];
-  return realpath(path.c_str(), buf) ? std::string(buf) : path;
-}
-
-std::string dirname_of(const std::string& path) {
-  const auto slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
+using detail::absolute_path;
+using detail::dirname_of;
+using detail::is_regular_file;
 
 std::string basename_of(const std::string& path) { return path.substr(path.find_last_of('/') + 1); }
 
 std::string own_directory() {
   Dl_info info{};
   if (dladdr(reinterpret_cast<void*>(&pt2rt_lite_aoti_torch_empty_strided), &info) && info.dli_fname) {
-    return dirname_of(absolute(info.dli_fname));
+    return dirname_of(absolute_path(info.dli_fname));
   }
   return "";
 }
@@ -55,8 +37,8 @@ std::map<std::string, void*>& handles() {  // by absolute path; never closed (as
 }
 
 void* load_one(const std::string& path) {
-  if (!is_file(path)) throw Error(ErrorCode::OpsLibrary, "ops library " + path + " does not exist");
-  const std::string abs = absolute(path);
+  if (!is_regular_file(path)) throw Error(ErrorCode::OpsLibrary, "ops library " + path + " does not exist");
+  const std::string abs = absolute_path(path);
   std::lock_guard<std::mutex> lock(g_mutex);
   auto it = handles().find(abs);
   if (it != handles().end()) return it->second;
@@ -110,21 +92,15 @@ std::vector<std::string> load_ops_libraries(const Spec& spec, const std::string&
     }
     given[basename_of(lib)] = lib;
   }
-  std::vector<std::string> dirs;
-  if (const std::string own = own_directory(); !own.empty()) dirs.push_back(own);
-  if (const char* env = std::getenv("PT2RT_OPS_PATH")) {
-    std::stringstream list(env);
-    for (std::string dir; std::getline(list, dir, ':');)
-      if (!dir.empty()) dirs.push_back(dir);
-  }
-  if (options.ops_from_package_dir && !package_path.empty()) dirs.push_back(dirname_of(package_path));
+  const std::vector<std::string> dirs =
+      detail::ops_search_path(own_directory(), package_path, options.ops_from_package_dir);
   for (const auto& [name, ops] : wanted) {
     std::string found;
     if (given.count(name)) {
       found = given[name];
     } else {
       for (const auto& dir : dirs) {
-        if (is_file(dir + "/" + name)) {
+        if (is_regular_file(dir + "/" + name)) {
           found = dir + "/" + name;
           break;
         }
@@ -141,11 +117,11 @@ std::vector<std::string> load_ops_libraries(const Spec& spec, const std::string&
     for (const CustomOpSpec* op : ops) {
       const std::string symbol = op_symbol(op->name);
       if (dlsym(handle, symbol.c_str()) == nullptr) {
-        throw Error(ErrorCode::OpsLibrary, "ops library " + absolute(found) + " has no lite entry for " + op->name +
+        throw Error(ErrorCode::OpsLibrary, "ops library " + absolute_path(found) + " has no lite entry for " + op->name +
                                                " (it defines no " + symbol + ")");
       }
     }
-    loaded.push_back(absolute(found));
+    loaded.push_back(absolute_path(found));
   }
   return loaded;
 }

@@ -148,4 +148,13 @@ std::string make_private_dir();
 std::string unsafe_record_name(const std::string& name);
 std::string sha256_hex(const void* data, size_t size);
 
+// paths.cpp
+bool is_regular_file(const std::string& path);
+std::string absolute_path(const std::string& path);  // realpath, or path itself where that fails
+std::string dirname_of(const std::string& path);
+// Where ops libraries a package names are looked for (docs/runtime.md): own_dir (the runtime library's folder),
+// PT2RT_OPS_PATH's folders, then the package's folder when package_dir (and the package came from a file).
+std::vector<std::string> ops_search_path(const std::string& own_dir, const std::string& package_path,
+                                         bool package_dir);
+
 }  // namespace pt2rt::detail

@@ -17,21 +17,8 @@ namespace pt2rt::detail {
 
 namespace {
 
-std::string dirname_of(const std::string& path) {
-  const auto slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-
-bool is_file(const std::string& path) {
-  struct stat st {};
-  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
-std::string absolute(const std::string& path) {
-  char buf[PATH_MAX];
-  return realpath(path.c_str(), buf) ? std::string(buf) : path;
-}
+bool is_file(const std::string& path) { return is_regular_file(path); }
+std::string absolute(const std::string& path) { return absolute_path(path); }
 
 // The directory libpt2rt.so was loaded from.
 std::string own_directory() {
@@ -67,16 +54,7 @@ std::string load_one(const std::string& path) {
 }
 
 std::vector<std::string> search_path(const std::string& package_path, bool package_dir) {
-  std::vector<std::string> dirs;
-  const std::string own = own_directory();
-  if (!own.empty()) dirs.push_back(own);
-  if (const char* env = std::getenv("PT2RT_OPS_PATH")) {
-    std::stringstream list(env);
-    for (std::string dir; std::getline(list, dir, ':');)
-      if (!dir.empty()) dirs.push_back(dir);
-  }
-  if (package_dir && !package_path.empty()) dirs.push_back(dirname_of(package_path));  // none: from memory
-  return dirs;
+  return ops_search_path(own_directory(), package_path, package_dir);
 }
 
 std::string qualified_class(const std::string& name) {
