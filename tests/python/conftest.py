@@ -27,6 +27,8 @@ def exported(tmp_path_factory):
         "net_fp16": (models.identity_conv_net_fp16, dict(cpu_isa="avx2")),
         "net_bf16": (models.identity_conv_net_bf16, dict(cpu_isa="default")),
         "classifier": (models.conv_classifier_net, dict(dynamic_batch=(1, 16))),
+        # the example net with my_ops::identity_conv_op and no TorchBind object, with a lite variant
+        "lite/net_dynamic": (models.identity_conv_net_lite, dict(dynamic_batch=(1, 32), cpu_isa="default", lite=True)),
     }
     cache = {}
     out_dir = tmp_path_factory.mktemp("packages")
@@ -36,6 +38,7 @@ def exported(tmp_path_factory):
             factory, kwargs = recipes[name]
             model, inputs = factory()
             path = out_dir / f"{name}.pt2"
+            path.parent.mkdir(exist_ok=True)
             shared = _shared_package(name, kwargs)
             if shared:
                 shutil.copyfile(shared, path)
@@ -59,8 +62,10 @@ def _shared_package(name: str, kwargs: dict) -> Path | None:
     spec = read_spec(src)
     lo_hi = kwargs.get("dynamic_batch")
     dynamic = [[{"dim": 0, "name": "batch", "min": lo_hi[0], "max": lo_hi[1]}] if lo_hi else [] for _ in spec["inputs"]]
-    isas = list(kwargs.get("cpu_isa") or ["native"])
+    isa = kwargs.get("cpu_isa") or "native"
+    isas = [isa] if isinstance(isa, str) else list(isa)
     same = (spec["torch_version"] == torch.__version__ and spec["golden"]["count"] == kwargs.get("golden", 4)
+            and bool(spec.get("lite_variants")) == bool(kwargs.get("lite"))
             and spec["metadata"] == kwargs.get("metadata", {}) and [v["isa"] for v in spec["variants"]] == isas
             and [i["dynamic_dims"] for i in spec["inputs"]] == dynamic)
     return src if same else None

@@ -158,12 +158,10 @@ def test_a_model_that_changes_its_buffers_is_refused_by_name(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def op_package(tmp_path_factory):
+def op_package(exported):
     """The example net with my_ops::identity_conv_op (and an aten depthwise convolution in place of its TorchBind
     object), exported with lite: the op runs from libidentity_conv_ops_lite.so."""
-    model, inputs = models.identity_conv_net_lite()
-    path = tmp_path_factory.mktemp("lite-op") / "net_lite.pt2"
-    export_package(model, inputs, path, dynamic_batch=(1, 8), cpu_isa="default", lite=True, golden=2)
+    path, model, _ = exported("lite/net_dynamic")
     return path, model
 
 
