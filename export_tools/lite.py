@@ -114,23 +114,54 @@ def refuse_unrunnable(custom: dict[str, Any], ep=None) -> dict[str, CustomOp]:
             raise LiteError(f"lite has no kernel for the custom op {name}: its ops library's lite build {library.name} "
                             f"is not next to {full} (docs/lite.md, \"Your own ops\"); export without lite")
         symbol = op_symbol(name)
-        if symbol not in _defined(library):
+        defined = _defined(library)
+        short_name = name.split("::")[1]
+        if symbol not in defined:
             raise LiteError(f"{library} has no lite entry for {name}: it defines no {symbol} "
-                            f"(PT2RT_LITE_OP({op.namespace}, {name.split('::')[1]}), pt2rt/lite_op.h)")
+                            f"(PT2RT_LITE_OP({op.namespace}, {short_name}), pt2rt/lite_op.h)")
+        if symbol + "_schema" not in defined:
+            raise LiteError(f"{library} does not say which schema its entry for {name} takes: it defines no "
+                            f"{symbol}_schema (PT2RT_LITE_OP_SCHEMA({op.namespace}, {short_name}, \"...\"), "
+                            f"pt2rt/lite_op.h)")
+        written_for, exported = entry_schema(library, symbol), str(op._schema)
+        if written_for != exported:
+            raise LiteError(f"{library}'s entry for {name} was written for '{written_for}', the op's schema is "
+                            f"'{exported}': rebuild its lite build (PT2RT_LITE_OP_SCHEMA and the entry's arguments)")
         found[name] = CustomOp(name=name, symbol=symbol, declaration=c_declaration(op), library=library, overload=op)
-    short = {}
+    short, symbols = {}, {}
     for op in found.values():
         other = short.setdefault(op.name.split("::")[1], op.name)
         if other != op.name:
             raise LiteError(f"lite calls custom ops by their name without namespace: {other} and {op.name} share it")
+        other = symbols.setdefault(op.symbol, op.name)
+        if other != op.name:
+            raise LiteError(f"the lite entries of {other} and {op.name} would both be {op.symbol}")
     return found
+
+
+def entry_schema(library: Path, symbol: str) -> str:
+    """The schema a lite build's entry says it takes (its <symbol>_schema), read by loading it beside the lite
+    runtime, which it needs."""
+    import ctypes
+
+    runtime = find_runtime()
+    if runtime is None:
+        raise LiteError(f"export checks lite builds with {LIBRARY_NAME}, which was not found (build it: make build, "
+                        f"or set {ENV_VAR})")
+    ctypes.CDLL(str(runtime), mode=ctypes.RTLD_GLOBAL)
+    try:
+        lib = ctypes.CDLL(str(library), mode=ctypes.RTLD_GLOBAL)
+    except OSError as e:
+        raise LiteError(f"{library} does not load: {e}") from None
+    address = ctypes.addressof(ctypes.c_char.in_dll(lib, symbol + "_schema"))
+    return ctypes.string_at(address).decode(errors="replace")
 
 
 def lite_library_of(full: Path) -> Path:
     """An ops library's lite build: lib<name>_lite.so beside lib<name>.so."""
     full = Path(full)
-    stem = full.name[: -len(".so")] if full.name.endswith(".so") else full.stem
-    return full.with_name(f"{stem}_lite.so")
+    stem = full.name[: -len(".so")] if full.name.endswith(".so") else full.name
+    return full.with_name(f"{stem}_lite.so")  # runtime/src/parse_spec.cpp holds a spec to the same name
 
 
 def op_symbol(name: str) -> str:
@@ -161,7 +192,7 @@ def c_declaration(op) -> str:
         if kind not in _C_ARGUMENTS:
             raise LiteError(f"lite cannot pass the custom op {schema.name} its argument {arg.name} of type {kind} "
                             f"(lite passes {', '.join(sorted(_C_ARGUMENTS))})")
-        params += [p.format(n=arg.name) for p in _C_ARGUMENTS[kind]]
+        params += [p.format(n=arg.name + "_") for p in _C_ARGUMENTS[kind]]  # "_": no C++ keyword, no ret<i>
     for i, ret in enumerate(schema.returns):
         if str(ret.type) != "Tensor":
             raise LiteError(f"lite cannot run the custom op {schema.name}: it returns a {ret.type} (lite takes tensors)")

@@ -159,6 +159,9 @@ void run(const lite::Tensor& in, const lite::Tensor& out) {
 
 }  // namespace
 
+// the schema this entry takes its arguments by: keep it the TORCH_LIBRARY's (export and pt2rt-lite compare them)
+PT2RT_LITE_OP_SCHEMA(@NS@, @OP@, "@QUALIFIED@(Tensor x) -> Tensor");
+
 PT2RT_LITE_OP(@NS@, @OP@)(AtenTensorHandle x, AtenTensorHandle* ret0) {
   return lite::guarded("@QUALIFIED@", [&] {
     const lite::TensorRef given(x);

@@ -7,6 +7,8 @@
 #include <utility>
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 namespace my_ops::kernels {
 
@@ -43,14 +45,16 @@ void copy_strided_items(const void* src, const int64_t* sizes, const int64_t* is
   });
 }
 
-// Any 4-D strides on either side (in elements); one task per (n, c, h) row. item: 2, 4 or 8 bytes.
+// Any 4-D strides on either side (in elements); one task per (n, c, h) row. item: 2, 4 or 8 bytes (the callers'
+// dtype checks).
 template <class ParallelFor>
 void copy_strided(const void* src, const int64_t* sizes, const int64_t* src_strides, void* dst,
                   const int64_t* dst_strides, int64_t item, ParallelFor&& parallel_for) {
   switch (item) {
     case 2: return copy_strided_items<uint16_t>(src, sizes, src_strides, dst, dst_strides, parallel_for);
     case 4: return copy_strided_items<uint32_t>(src, sizes, src_strides, dst, dst_strides, parallel_for);
-    default: return copy_strided_items<uint64_t>(src, sizes, src_strides, dst, dst_strides, parallel_for);
+    case 8: return copy_strided_items<uint64_t>(src, sizes, src_strides, dst, dst_strides, parallel_for);
+    default: throw std::invalid_argument("identity_conv: elements of " + std::to_string(item) + " bytes");
   }
 }
 

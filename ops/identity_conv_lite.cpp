@@ -8,6 +8,8 @@
 
 namespace lite = pt2rt::lite_op;
 
+PT2RT_LITE_OP_SCHEMA(my_ops, identity_conv_op, "my_ops::identity_conv_op(Tensor x) -> Tensor");
+
 PT2RT_LITE_OP(my_ops, identity_conv_op)(AtenTensorHandle x, AtenTensorHandle* ret0) {
   return lite::guarded("identity_conv_op", [&] {
     const lite::TensorRef in(x);

@@ -114,14 +114,37 @@ std::vector<std::string> load_ops_libraries(const Spec& spec, const std::string&
                                              " (pass it with --ops / Options::ops_libraries, or set PT2RT_OPS_PATH)");
     }
     void* handle = load_one(found);
+    const std::string file = absolute_path(found);
     for (const CustomOpSpec* op : ops) {
       const std::string symbol = op_symbol(op->name);
-      if (dlsym(handle, symbol.c_str()) == nullptr) {
-        throw Error(ErrorCode::OpsLibrary, "ops library " + absolute_path(found) + " has no lite entry for " + op->name +
+      void* entry = dlsym(handle, symbol.c_str());
+      if (entry == nullptr) {
+        throw Error(ErrorCode::OpsLibrary, "ops library " + file + " has no lite entry for " + op->name +
                                                " (it defines no " + symbol + ")");
       }
+      // the model library calls the entry by name: the process's first definition must be this one
+      Dl_info first{};
+      void* global = dlsym(RTLD_DEFAULT, symbol.c_str());
+      if (global != entry) {
+        const bool named = global != nullptr && dladdr(global, &first) != 0 && first.dli_fname != nullptr;
+        throw Error(ErrorCode::OpsLibrary, symbol + " (the lite entry of " + op->name + ") is defined by " +
+                                               (named ? std::string(first.dli_fname) : std::string("another library")) +
+                                               " before " + file + ", which the package needs");
+      }
+      const auto* schema = static_cast<const char*>(dlsym(handle, (symbol + "_schema").c_str()));
+      if (schema == nullptr) {
+        throw Error(ErrorCode::OpsLibrary, "ops library " + file + " does not say which schema its entry for " +
+                                               op->name + " takes (it defines no " + symbol +
+                                               "_schema: PT2RT_LITE_OP_SCHEMA)");
+      }
+      if (!op->schema.empty() && op->schema != schema) {
+        throw Error(ErrorCode::OpsLibrary, "ops library " + file + "'s entry for " + op->name + " was written for '" +
+                                               schema + "', the package was exported against '" + op->schema +
+                                               "' - use the lite build of the library it was exported with, or "
+                                               "re-export");
+      }
     }
-    loaded.push_back(absolute_path(found));
+    loaded.push_back(file);
   }
   return loaded;
 }

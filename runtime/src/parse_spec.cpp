@@ -199,8 +199,17 @@ Spec parse_spec(const std::string& json_text, const std::string& path) {
       for (const auto& c : *list) s.libraries.push_back(c.library);
     }
     std::vector<std::string> named = s.libraries;  // and the lite builds pt2rt-lite loads
-    for (const auto& c : s.custom_ops)
-      if (!c.lite_library.empty()) named.push_back(c.lite_library);
+    for (const auto& c : s.custom_ops) {
+      if (c.lite_library.empty()) continue;
+      // the library's lite build by its one name (lib<x>_lite.so): never another library, a full one say
+      const bool so = c.library.size() > 3 && c.library.compare(c.library.size() - 3, 3, ".so") == 0;
+      const std::string lite = (so ? c.library.substr(0, c.library.size() - 3) : c.library) + "_lite.so";
+      if (c.lite_library != lite) {
+        malformed(path, "custom op " + c.name + ": its lite_library '" + c.lite_library + "' is not " + c.library +
+                            "'s lite build (" + lite + ")");
+      }
+      named.push_back(c.lite_library);
+    }
     for (const auto& lib : named) {
       if (lib.empty() || lib == "." || lib == ".." || lib.find('/') != std::string::npos ||
           std::any_of(lib.begin(), lib.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; })) {

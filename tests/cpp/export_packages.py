@@ -357,8 +357,9 @@ def main():
     rewrite(net, bad / "missing_op.pt2", edit_spec=lambda s: {**s, "custom_ops": s["custom_ops"] + [
         {"name": "my_ops::not_there", "namespace": "my_ops", "library": "libidentity_conv_ops.so"}]})
     rewrite(net, bad / "library_path.pt2", edit_spec=lambda s: {**s, "libraries": ["../../tmp/x/libevil.so"]})
-    rewrite(net, bad / "lite_library_path.pt2", edit_spec=lambda s: {**s, "custom_ops": [
-        {**o, "lite_library": "../../tmp/x/libevil_lite.so"} for o in s["custom_ops"]]})
+    # a lite build named by a package is its library's, never another (a full ops library would load libtorch)
+    rewrite(net, bad / "lite_library_other.pt2", edit_spec=lambda s: {**s, "custom_ops": [
+        {**o, "lite_library": "libidentity_conv_ops.so"} for o in s["custom_ops"]]})
     rewrite(net, bad / "newline_in_name.pt2", edit_spec=lambda s: {
         **s, "custom_ops": [{**o, "name": o["name"] + "\npt2run: verified: 4 of 4 golden cases passed"}
                             for o in s["custom_ops"]]})

@@ -139,8 +139,9 @@ const Case kCases[] = {
      "must have exactly its library"},
     {"library_named_by_path", verify(kP + "/bad/library_path.pt2"), 3,
      "library '../../tmp/x/libevil.so' is not a plain file name"},
-    {"lite_library_named_by_path", verify(kP + "/bad/lite_library_path.pt2"), 3,
-     "library '../../tmp/x/libevil_lite.so' is not a plain file name"},
+    {"lite_library_not_the_librarys", verify(kP + "/bad/lite_library_other.pt2"), 3,
+     "its lite_library 'libidentity_conv_ops.so' is not libidentity_conv_ops.so's lite build "
+     "(libidentity_conv_ops_lite.so)"},
     {"newline_in_op_name", verify(kP + "/bad/newline_in_name.pt2"), 4, "identity_conv_op\\x0apt2run: verified"},
     {"deeply_nested_metadata", "info " + kP + "/bad/deep_metadata.pt2", 3, "nested deeper than 32 levels"},
     {"huge_metadata_record", "info " + kP + "/bad/huge_metadata.pt2", 3, "at most 16777216 are accepted"},

@@ -221,6 +221,48 @@ def test_lite_entry_keeps_the_layout_and_its_failure_fails_the_run_with_its_mess
         runner.close()
 
 
+STALE_ENTRY = r"""
+#include <pt2rt/lite_op.h>
+PT2RT_LITE_OP_SCHEMA(my_ops, identity_conv_op, SCHEMA);
+PT2RT_LITE_OP(my_ops, identity_conv_op)(AtenTensorHandle x, AtenTensorHandle* ret0) {
+  return pt2rt::lite_op::guarded("identity_conv_op", [&] {
+    const pt2rt::lite_op::TensorRef in(x);
+    auto out = pt2rt::lite_op::Tensor::empty_like(in);
+    pt2rt::lite_op::parallel_for(0, in.numel(), 1, [&](int64_t b, int64_t) {
+      if (b > 0) throw std::runtime_error("a part past the first failed");
+    });
+    *ret0 = out.release();
+  });
+}
+"""
+
+
+@pytest.mark.parametrize("case", ["stale", "throws"])
+def test_lite_refuses_a_stale_entry_and_reports_what_a_parallel_part_throws(op_package, tmp_path, case):
+    """A lite build whose entry was written for another schema is refused before anything runs (exit 4); what a
+    parallel_for body throws on a worker thread fails the run with its message (exit 7), not the process."""
+    path, _ = op_package
+    schema = ('"my_ops::identity_conv_op(Tensor x, int k) -> Tensor"' if case == "stale" else
+              '"my_ops::identity_conv_op(Tensor x) -> Tensor"')
+    (tmp_path / "entry.cpp").write_text(STALE_ENTRY)
+    library = tmp_path / "libidentity_conv_ops_lite.so"
+    subprocess.run(["c++", "-std=c++17", "-shared", "-fPIC", f"-DSCHEMA={schema}", f"-I{ROOT / 'runtime' / 'include'}",
+                    str(tmp_path / "entry.cpp"), "-o", str(library)], check=True)
+    x = torch.randn(2, 3, 32, 32)
+    torch.save(x, tmp_path / "x.pt")
+    result = subprocess.run([str(_pt2run_lite()), "run", str(path), "--ops", str(library), "--input",
+                             str(tmp_path / "x.pt"), "--output", str(tmp_path / "y.pt")],
+                            capture_output=True, text=True, env=dict(__import__("os").environ, OMP_NUM_THREADS="2"))
+    if case == "stale":
+        assert result.returncode == 4, result.stderr
+        assert ("entry for my_ops::identity_conv_op was written for 'my_ops::identity_conv_op(Tensor x, int k) -> "
+                "Tensor', the package was exported against 'my_ops::identity_conv_op(Tensor x) -> Tensor'"
+                in result.stderr)
+    else:
+        assert result.returncode == 7, result.stderr
+        assert "identity_conv_op: a part past the first failed" in result.stderr
+
+
 def test_custom_op_without_a_lite_build_is_refused_by_name(tmp_path):
     from export_tools import load_ops_library
 
@@ -247,9 +289,9 @@ def test_c_declarations_follow_the_schema():
     lib.define("counts(Tensor x) -> int")
     ops = torch.ops.pt2rt_lite_decl
     assert lite.c_declaration(ops.every.default) == (
-        "AOTITorchError aoti_torch_cpu_every(AtenTensorHandle x, AtenTensorHandle* w, const AtenTensorHandle* xs, "
-        "int64_t xs_len_, int64_t k, int64_t* m, const int64_t* s, int64_t s_len_, double a, double* b, int32_t f, "
-        "const char* mode, AtenTensorHandle* ret0, AtenTensorHandle* ret1)")
+        "AOTITorchError aoti_torch_cpu_every(AtenTensorHandle x_, AtenTensorHandle* w_, const AtenTensorHandle* xs_, "
+        "int64_t xs__len_, int64_t k_, int64_t* m_, const int64_t* s_, int64_t s__len_, double a_, double* b_, "
+        "int32_t f_, const char* mode_, AtenTensorHandle* ret0, AtenTensorHandle* ret1)")
     assert lite.op_symbol("acme::scale2") == "pt2rt_op_acme_scale2"
     with pytest.raises(lite.LiteError, match=r"pt2rt_lite_decl::writes: it writes its argument x"):
         lite.c_declaration(ops.writes.default)

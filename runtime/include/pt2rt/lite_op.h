@@ -2,6 +2,7 @@
 // ops"). No torch header, no libtorch: an ops library's lite build (lib<name>_lite.so) includes this and calls the
 // lite runtime's functions declared here, which the runtime that loads it provides.
 //
+//   PT2RT_LITE_OP_SCHEMA(acme, scale2, "acme::scale2(Tensor x) -> Tensor");
 //   PT2RT_LITE_OP(acme, scale2)(AtenTensorHandle x, AtenTensorHandle* ret0) {
 //     return pt2rt::lite_op::guarded("acme::scale2", [&] {
 //       pt2rt::lite_op::TensorRef in(x);
@@ -16,11 +17,16 @@
 // int? -> int64_t*, int[] -> const int64_t*, int64_t length, float -> double, float? -> double*, bool -> int32_t,
 // str -> const char*; then one AtenTensorHandle* per returned tensor, which the function fills with a tensor it
 // made (the caller frees it). Zero: success; non-zero: failure, with pt2rt_lite_set_error's message.
+// PT2RT_LITE_OP_SCHEMA states the schema the entry was written for, as torch prints it (str(op._schema)): export
+// and the lite runtime refuse an entry whose schema is not the package's (a stale lite build would be called with
+// the wrong arguments).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -31,6 +37,9 @@ using AOTITorchError = int32_t;
 
 // The name the exporter binds NS::OP to (export_tools.lite.op_symbol): pt2rt_op_<NS>_<OP>
 #define PT2RT_LITE_OP(ns, op) extern "C" __attribute__((visibility("default"))) AOTITorchError pt2rt_op_##ns##_##op
+// ... and its schema: pt2rt_op_<NS>_<OP>_schema
+#define PT2RT_LITE_OP_SCHEMA(ns, op, schema) \
+  extern "C" __attribute__((visibility("default"))) const char pt2rt_op_##ns##_##op##_schema[] = schema
 
 extern "C" {
 // The lite runtime's (libpt2rt.so of dist-lite): tensors as the model library sees them.
@@ -178,7 +187,15 @@ class Tensor {
   }
 
  private:
-  explicit Tensor(AtenTensorHandle h) : handle_(h), ref_(h) {}
+  explicit Tensor(AtenTensorHandle h) : handle_(h), ref_(owned_ref(h)) {}
+  static TensorRef owned_ref(AtenTensorHandle h) {
+    try {
+      return TensorRef(h);
+    } catch (...) {
+      pt2rt_lite_aoti_torch_delete_tensor_object(h);  // not yet held by a Tensor
+      throw;
+    }
+  }
   AtenTensorHandle handle_;
   TensorRef ref_;
 };
@@ -197,12 +214,32 @@ AOTITorchError guarded(const char* what, F&& f) noexcept {
   return 1;
 }
 
-// f(begin, end) over [begin, end) on the runtime's threads (pt2rt_lite_parallel_for). f must not throw.
+// f(begin, end) over [begin, end) on the runtime's threads (pt2rt_lite_parallel_for). What f throws on any thread is
+// thrown here, on the caller's, once every part has run (the first thing thrown).
 template <class F>
 void parallel_for(int64_t begin, int64_t end, int64_t grain, const F& f) {
-  pt2rt_lite_parallel_for(begin, end, grain,
-                          [](void* context, int64_t b, int64_t e) { (*static_cast<const F*>(context))(b, e); },
-                          const_cast<void*>(static_cast<const void*>(&f)));
+  struct Context {
+    explicit Context(const F& fn) : f(fn) {}
+    const F& f;
+    std::atomic<bool> failed{false};
+    std::mutex mutex;
+    std::exception_ptr error;
+  } context(f);
+  pt2rt_lite_parallel_for(
+      begin, end, grain,
+      [](void* c, int64_t b, int64_t e) {
+        auto& ctx = *static_cast<Context*>(c);
+        if (ctx.failed.load(std::memory_order_relaxed)) return;
+        try {
+          ctx.f(b, e);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(ctx.mutex);
+          if (!ctx.error) ctx.error = std::current_exception();
+          ctx.failed.store(true, std::memory_order_relaxed);
+        }
+      },
+      &context);
+  if (context.error) std::rethrow_exception(context.error);
 }
 
 }  // namespace pt2rt::lite_op
