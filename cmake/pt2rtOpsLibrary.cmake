@@ -8,6 +8,8 @@
 # pt2rt/lite_op.h: this file's source tree (cmake/) or an installed package (lib/cmake/pt2rt)
 if(EXISTS "${CMAKE_CURRENT_LIST_DIR}/../runtime/include/pt2rt/lite_op.h")
   get_filename_component(PT2RT_LITE_OP_INCLUDE_DIR "${CMAKE_CURRENT_LIST_DIR}/../runtime/include" ABSOLUTE)
+elseif(DEFINED PACKAGE_PREFIX_DIR AND EXISTS "${PACKAGE_PREFIX_DIR}/include/pt2rt/lite_op.h")
+  set(PT2RT_LITE_OP_INCLUDE_DIR "${PACKAGE_PREFIX_DIR}/include")  # the installed package's prefix (pt2rtConfig)
 else()
   get_filename_component(PT2RT_LITE_OP_INCLUDE_DIR "${CMAKE_CURRENT_LIST_DIR}/../../../include" ABSOLUTE)
 endif()
