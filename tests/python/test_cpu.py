@@ -2,6 +2,7 @@
 its own ISA only."""
 
 import ast
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -168,7 +169,13 @@ def test_cross_target_without_its_libtorch_says_what_to_run(monkeypatch, tmp_pat
     monkeypatch.setenv("PT2RT_CXX_LINUX_AARCH64", "no-such-compiler-g++")
     with pytest.raises(cpu.CpuVariantError, match="needs the C\\+\\+ cross compiler no-such-compiler-g\\+\\+"):
         cross.toolchain("linux-aarch64")
-    monkeypatch.setenv("PT2RT_CXX_LINUX_AARCH64", "g++")  # any compiler: the libtorch check comes next
+    # any compiler, with an objcopy of the target's name beside it (a machine without the cross binutils has
+    # none): the libtorch check comes next
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "g++").symlink_to(shutil.which("g++"))
+    (tools / "aarch64-linux-gnu-objcopy").symlink_to(shutil.which("objcopy"))
+    monkeypatch.setenv("PT2RT_CXX_LINUX_AARCH64", str(tools / "g++"))
     with pytest.raises(cpu.CpuVariantError, match=f"libtorch {TORCH_VERSION}: run `python -m export_tools "
                                                   "fetch-target linux-aarch64`"):
         cross.toolchain("linux-aarch64")
