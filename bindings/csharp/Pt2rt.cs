@@ -3,7 +3,7 @@
 // status and pt2rt_last_error()'s message. libpt2rt.so (and the libraries next to it) must be where the platform's
 // loader finds native plugins: Unity's Plugins folder, or LD_LIBRARY_PATH for Mono/.NET on Linux.
 //
-//   using (var rt = Pt2rt.Runtime.Load("model.pt2"))
+//   using (var rt = Pt2rt.Runtime.Load("model.pt2", new Pt2rt.Options { IntraOpThreads = 2 }))
 //   using (var outputs = rt.Run(new Pt2rt.Input(pixels, new long[] {1, 3, 224, 224})))
 //   {
 //       float[] logits = outputs[0].ToArray<float>();
@@ -30,7 +30,7 @@ namespace Pt2rt
     internal static class Native
     {
         const string Lib = "pt2rt";
-        public const uint CApiVersion = 3;  // PT2RT_C_API_VERSION this file was written for
+        public const uint CApiVersion = 4;  // PT2RT_C_API_VERSION this file was written for
 
         [StructLayout(LayoutKind.Sequential)]
         public struct TensorView { public IntPtr Data; public IntPtr Shape; public UIntPtr NDim; public int DType; }
@@ -47,6 +47,7 @@ namespace Pt2rt
         [DllImport(Lib)] public static extern int pt2rt_options_set_check_sha256(OptionsHandle options, int enabled);
         [DllImport(Lib)] public static extern int pt2rt_options_set_keep_package_open(OptionsHandle options, int enabled);
         [DllImport(Lib)] public static extern int pt2rt_options_set_reuse_run_memory(OptionsHandle options, int enabled);
+        [DllImport(Lib)] public static extern int pt2rt_options_set_intra_op_threads(OptionsHandle options, int threads);
         [DllImport(Lib)] public static extern int pt2rt_options_set_device_index(OptionsHandle options, int deviceIndex);
         [DllImport(Lib)] public static extern int pt2rt_options_set_max_record_bytes(OptionsHandle options, ulong bytes);
         [DllImport(Lib)] public static extern int pt2rt_options_set_max_metadata_bytes(OptionsHandle options, ulong bytes);
@@ -126,6 +127,8 @@ namespace Pt2rt
         public bool KeepPackageOpen = true;
         /// <summary>Runs reuse the memory earlier runs freed: RunInto of fixed shapes allocates nothing once warm.</summary>
         public bool ReuseRunMemory = false;
+        /// <summary>Intra-op threads of each run, 1..1024 (0: the process-wide count, pt2rt_set_num_threads).</summary>
+        public int IntraOpThreads = 0;
         /// <summary>CUDA packages: the device; -1: the current one.</summary>
         public int DeviceIndex = -1;
         /// <summary>Bounds on what a package may make a load read (0: the library's).</summary>
@@ -146,6 +149,7 @@ namespace Pt2rt
                 Native.Check(Native.pt2rt_options_set_check_sha256(h, CheckSha256 ? 1 : 0));
                 Native.Check(Native.pt2rt_options_set_keep_package_open(h, KeepPackageOpen ? 1 : 0));
                 Native.Check(Native.pt2rt_options_set_reuse_run_memory(h, ReuseRunMemory ? 1 : 0));
+                Native.Check(Native.pt2rt_options_set_intra_op_threads(h, IntraOpThreads));
                 Native.Check(Native.pt2rt_options_set_device_index(h, DeviceIndex));
                 if (MaxRecordBytes != 0) Native.Check(Native.pt2rt_options_set_max_record_bytes(h, MaxRecordBytes));
                 if (MaxMetadataBytes != 0) Native.Check(Native.pt2rt_options_set_max_metadata_bytes(h, MaxMetadataBytes));

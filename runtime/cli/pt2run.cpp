@@ -168,6 +168,7 @@ int cmd_host(bool json) {
 
 bool g_ops_from_package_dir = false;  // --ops-from-package-dir
 bool g_reuse_run_memory = false;      // bench --reuse-run-memory
+int g_intra_op_threads = 0;           // --intra-op-threads (Options::intra_op_threads)
 
 pt2rt::Options options_for(const std::vector<std::string>& ops, int runners) {
   pt2rt::Options o;
@@ -176,6 +177,7 @@ pt2rt::Options options_for(const std::vector<std::string>& ops, int runners) {
   o.ops_libraries = ops;
   o.num_runners = runners;
   o.reuse_run_memory = g_reuse_run_memory;
+  o.intra_op_threads = g_intra_op_threads;
   return o;
 }
 
@@ -330,17 +332,16 @@ double percentile(std::vector<double> sorted, double p) {
 }
 
 int cmd_bench(const std::string& package, const std::vector<std::string>& ops, const std::vector<std::string>& input_files,
-              int warmup, int iters, int threads, int runners, int intra_op_threads, bool json) {
+              int warmup, int iters, int threads, int runners, bool json) {
   // Several callers: split the cores between them unless told otherwise (oversubscription costs throughput).
   // The cores this process may use (taskset, a container's cpuset), as torch's own default counts them.
-  if (intra_op_threads == 0 && threads > 1) {
+  if (g_intra_op_threads == 0 && threads > 1) {
     cpu_set_t allowed;
     const int cores = sched_getaffinity(0, sizeof allowed, &allowed) == 0
                           ? CPU_COUNT(&allowed)
                           : static_cast<int>(std::thread::hardware_concurrency());
-    intra_op_threads = std::max(1, cores / threads);
+    g_intra_op_threads = std::max(1, cores / threads);
   }
-  if (intra_op_threads > 0) pt2rt::set_num_threads(intra_op_threads);
   const pt2rt::Runtime rt = pt2rt::Runtime::load(package, options_for(ops, runners));
   auto inputs = input_files.empty() ? rt.example_inputs() : read_inputs(input_files, input_file_limit(rt.spec()));
   to_package_device(inputs, rt.spec());
@@ -434,7 +435,7 @@ int cmd_bench(const std::string& package, const std::vector<std::string>& ops, c
                         {"throughput_per_s", throughput},
                         {"cpu_s", cpu_s}, {"wall_s", wall_s}, {"cores_busy", cores_busy},
                         {"iters", iters}, {"threads", threads}, {"runners", runners}, {"warmup", warmup},
-                        {"intra_op_threads", pt2rt::num_threads()}, {"process_threads", process_threads},
+                        {"intra_op_threads", g_intra_op_threads > 0 ? g_intra_op_threads : pt2rt::num_threads()}, {"process_threads", process_threads},
                         {"thread_cpu_s", thread_cpu_s}};
     std::cout << j.dump() << "\n";
   } else {
@@ -463,7 +464,7 @@ int main(int argc, char** argv) {
   std::string package, output;
   std::vector<std::string> ops, inputs;
   bool json = false;
-  int warmup = 10, iters = 100, threads = 1, runners = 1, intra_op_threads = 0;
+  int warmup = 10, iters = 100, threads = 1, runners = 1;
 
   auto* info = app.add_subcommand("info", "print the spec of a package (reads it; loads nothing)");
   info->add_option("package", package, "the .pt2 package")->required();
@@ -498,14 +499,17 @@ int main(int argc, char** argv) {
   bench->add_option("--warmup", warmup, "runs before measuring")->check(CLI::NonNegativeNumber);
   bench->add_option("--iters", iters, "measured runs")->check(CLI::PositiveNumber);
   bench->add_option("--threads", threads, "threads calling run")->check(CLI::Range(1, 256));
-  bench->add_option("--runners", runners, "model instances (num_runners)")->check(CLI::Range(1, 64));
-  bench->add_option("--intra-op-threads", intra_op_threads,
-                    "torch threads per run (default: all usable cores for one caller, cores / --threads for several)")
-      ->check(CLI::Range(1, 1024));
+  bench->add_option("--runners", runners, "model instances (num_runners)")->check(CLI::Range(1, pt2rt::kMaxRunners));
   bench->add_flag("--reuse-run-memory", g_reuse_run_memory,
                   "runs reuse the memory earlier runs freed (Options::reuse_run_memory): no allocation per run");
   bench->add_flag("--json", json, "print {\"latency_ms\": {...}, \"throughput_per_s\": ...}");
   for (auto* sub : {run, verify, bench}) {
+    sub->add_option("--intra-op-threads", g_intra_op_threads,
+                    sub == bench ? "threads per run inside the model's kernels (default: all usable cores for one "
+                                   "caller, cores / --threads for several)"
+                                 : "threads the run uses inside the model's kernels (default: one per usable core)")
+        ->check(CLI::Range(1, pt2rt::kMaxIntraOpThreads))
+        ->default_str("");
     sub->add_flag("--ops-from-package-dir", g_ops_from_package_dir,
                   "also look for the ops libraries the package names in its own directory (off: a package must not "
                   "run code from where it was downloaded)");
@@ -536,7 +540,7 @@ int main(int argc, char** argv) {
     if (host->parsed()) return cmd_host(json);
     if (run->parsed()) return cmd_run(package, inputs, output, ops);
     if (verify->parsed()) return cmd_verify(package, ops);
-    if (bench->parsed()) return cmd_bench(package, ops, inputs, warmup, iters, threads, runners, intra_op_threads, json);
+    if (bench->parsed()) return cmd_bench(package, ops, inputs, warmup, iters, threads, runners, json);
   } catch (const pt2rt::Error& e) {
     std::cerr << "pt2run: error (" << pt2rt::error_code_name(e.code()) << "): " << printable(e.what()) << "\n";
     return pt2rt::exit_code(e.code());

@@ -85,6 +85,7 @@ struct Runtime::Impl {
   DeleteFn destroy = nullptr;
   RunFn run = nullptr;
   size_t num_outputs = 0;
+  int intra_op_threads = 0;  // Options::intra_op_threads
 
   ~Impl() {
     if (container) destroy(container);
@@ -94,6 +95,12 @@ struct Runtime::Impl {
     extracted.reset();
   }
 };
+
+// The library's own name for Runtime::Impl (private in the public header).
+struct detail::RuntimeAccess {
+  using Impl = Runtime::Impl;
+};
+using RuntimeImpl = detail::RuntimeAccess::Impl;
 
 namespace {
 
@@ -105,8 +112,9 @@ F symbol(void* library, const char* name, const std::string& path) {
   return reinterpret_cast<F>(f);
 }
 
-void load_opened(Runtime::Impl& impl, const Options& options) {
+void load_opened(RuntimeImpl& impl, const Options& options) {
   const std::string& path = impl.package_path;
+  impl.intra_op_threads = options.intra_op_threads;
   impl.spec = impl.package->spec();
   const Spec& spec = impl.spec;
   if (spec.device != Device::CPU) {
@@ -174,7 +182,7 @@ Tensor take_output(lite::ShimTensor* t) {
   return out;
 }
 
-std::vector<Tensor> run_model(const Runtime::Impl& impl, const std::vector<TensorView>& inputs) {
+std::vector<Tensor> run_model(const RuntimeImpl& impl, const std::vector<TensorView>& inputs) {
   std::vector<AtenTensorHandle> in(inputs.size(), nullptr);
   auto free_inputs = [&] {
     for (auto h : in)
@@ -191,6 +199,7 @@ std::vector<Tensor> run_model(const Runtime::Impl& impl, const std::vector<Tenso
     }
   }
   apply_num_threads();
+  const detail::RunThreads threads(impl.intra_op_threads);
   std::vector<AtenTensorHandle> out(impl.num_outputs, nullptr);
   lite::set_last_error("");
   // the container takes the input handles over (it frees them), also when the run fails
@@ -274,7 +283,7 @@ struct Golden {
   std::vector<std::vector<Tensor>> inputs, outputs;
 };
 
-Golden golden_of(const Runtime::Impl& impl) {
+Golden golden_of(const RuntimeImpl& impl) {
   const std::vector<char> bytes = detail::golden_record(impl.package.get(), impl.from_memory, impl.golden,
                                                         impl.package_path, impl.identity, impl.limits, impl.spec);
   const std::string what = impl.package_path + ": its golden cases are damaged";
@@ -521,7 +530,7 @@ const char* torch_version() { return "none (pt2rt-lite)"; }
 bool is_lite() { return true; }
 
 void set_num_threads(int threads) {
-  if (threads < 1) throw Error(ErrorCode::Usage, "set_num_threads: expected at least 1 thread, got " + std::to_string(threads));
+  detail::check_intra_op_threads(threads, "set_num_threads: threads");
   g_threads.store(threads, std::memory_order_relaxed);
   g_threads_setting.fetch_add(1, std::memory_order_release);
 }
@@ -529,6 +538,19 @@ void set_num_threads(int threads) {
 int num_threads() {
   const int n = g_threads.load(std::memory_order_relaxed);
   return n > 0 ? n : omp_get_max_threads();
+}
+
+void detail::check_run_threads() {}  // lite is built with its OpenMP runtime
+
+detail::RunThreads::RunThreads(int threads) {
+  if (threads <= 0) return;
+  changed_ = true;
+  previous_ = omp_get_max_threads();
+  omp_set_num_threads(threads);
+}
+
+detail::RunThreads::~RunThreads() {
+  if (changed_) omp_set_num_threads(previous_);
 }
 
 }  // namespace pt2rt

@@ -12,6 +12,8 @@
 
 #include "pt2rt/pt2rt.h"
 
+#include "common.h"
+
 struct pt2rt_runtime {
   pt2rt::Runtime runtime;
 };
@@ -33,17 +35,7 @@ pt2rt_status fail(pt2rt_status status, std::string message) {
   return status;
 }
 
-pt2rt_status status_of(pt2rt::ErrorCode code) {
-  switch (code) {
-    case pt2rt::ErrorCode::Usage: return PT2RT_ERROR_USAGE;
-    case pt2rt::ErrorCode::Package: return PT2RT_ERROR_PACKAGE;
-    case pt2rt::ErrorCode::OpsLibrary: return PT2RT_ERROR_OPS_LIBRARY;
-    case pt2rt::ErrorCode::Input: return PT2RT_ERROR_INPUT;
-    case pt2rt::ErrorCode::IO: return PT2RT_ERROR_IO;
-    case pt2rt::ErrorCode::Runtime: return PT2RT_ERROR_RUNTIME;
-  }
-  return PT2RT_ERROR_RUNTIME;
-}
+pt2rt_status status_of(pt2rt::ErrorCode code) { return static_cast<pt2rt_status>(pt2rt::exit_code(code)); }
 
 // Runs `body` (returning a status), turning every exception into a status and this thread's message.
 template <typename F>
@@ -174,16 +166,8 @@ extern "C" {
 const char* pt2rt_last_error(void) { return last_error.c_str(); }
 
 const char* pt2rt_status_name(pt2rt_status status) {
-  switch (raw_value(status)) {
-    case PT2RT_OK: return "ok";
-    case PT2RT_ERROR_USAGE: return "usage";
-    case PT2RT_ERROR_PACKAGE: return "package";
-    case PT2RT_ERROR_OPS_LIBRARY: return "ops_library";
-    case PT2RT_ERROR_INPUT: return "input";
-    case PT2RT_ERROR_IO: return "io";
-    case PT2RT_ERROR_RUNTIME: return "runtime";
-  }
-  return "unknown";
+  const int64_t value = raw_value(status);
+  return value >= 0 && value <= 7 ? pt2rt::detail::status_identifier(static_cast<int>(value)) : "unknown";
 }
 
 const char* pt2rt_version(void) { return pt2rt::version(); }
@@ -283,6 +267,17 @@ pt2rt_status pt2rt_options_set_keep_package_open(pt2rt_options* options, int ena
 
 pt2rt_status pt2rt_options_set_reuse_run_memory(pt2rt_options* options, int enabled) {
   return set_flag("pt2rt_options_set_reuse_run_memory", options, &pt2rt::Options::reuse_run_memory, enabled);
+}
+
+pt2rt_status pt2rt_options_set_intra_op_threads(pt2rt_options* options, int threads) {
+  return set_option("pt2rt_options_set_intra_op_threads", options, [&](pt2rt::Options& o) {
+    if (threads < 0 || threads > pt2rt::kMaxIntraOpThreads)
+      return fail(PT2RT_ERROR_USAGE, "pt2rt_options_set_intra_op_threads: threads is " + std::to_string(threads) +
+                                         ", expected 1.." + std::to_string(pt2rt::kMaxIntraOpThreads) +
+                                         " (0: pt2rt_set_num_threads' count)");
+    o.intra_op_threads = threads;
+    return PT2RT_OK;
+  });
 }
 
 pt2rt_status pt2rt_options_set_device_index(pt2rt_options* options, int device_index) {
@@ -435,9 +430,6 @@ void pt2rt_tensor_free(pt2rt_tensor* tensor) { delete tensor; }
 
 pt2rt_status pt2rt_set_num_threads(int threads) {
   return guarded("pt2rt_set_num_threads", [&] {
-    if (threads <= 0)
-      return fail(PT2RT_ERROR_USAGE, "pt2rt_set_num_threads: threads is " + std::to_string(threads) +
-                                         ", expected >= 1");
     pt2rt::set_num_threads(threads);
     return PT2RT_OK;
   });

@@ -33,6 +33,27 @@ std::string differs_reason(size_t o, const Tolerance& tol, bool fixed);
 // The first line of an exception's message, without c10 backtraces.
 std::string short_what(const std::exception& e);
 
+// A run's intra-op threads (Options::intra_op_threads): the calling thread's OpenMP team (and MKL's, in the full
+// runtime) sized to `threads` while the object lives, then the thread's own settings back. 0: nothing changes.
+class RunThreads {
+ public:
+  explicit RunThreads(int threads);
+  ~RunThreads();
+  RunThreads(const RunThreads&) = delete;
+  RunThreads& operator=(const RunThreads&) = delete;
+
+ private:
+  bool changed_ = false;
+  int previous_ = 0;      // the thread's OpenMP setting
+  int previous_mkl_ = 0;  // the thread's own MKL setting (0: MKL's process-wide one)
+};
+// Error(Runtime) when this runtime cannot size a run's threads (full runtime: torch's OpenMP runtime not found);
+// a load with Options::intra_op_threads checks it first, rather than run on every core unasked.
+void check_run_threads();
+
+// The C API's name of a status (an exit code; 0: "ok"), "unknown" for other values (errors.cpp).
+const char* status_identifier(int exit_code);
+
 // A package's metadata record (JSON, with the pt2rt spec as a string inside) -> the spec (parse_spec.cpp).
 Spec parse_spec(const std::string& json_text, const std::string& package_path);
 
@@ -107,10 +128,13 @@ std::vector<char> golden_record(const Package* package, bool from_memory, const 
 // The two ways into a load, for either runtime's Runtime::Impl (its package_path, limits, package, identity,
 // from_memory, golden and spec): the package opened, load_opened(impl, options) run, then the package kept or let
 // go as Options::keep_package_open says (from memory: only a copy of the golden cases can be kept).
-void check_runners(const Options& options);
+// Options' counts in their ranges (num_runners, intra_op_threads): Error(Usage) naming the one that is not.
+void check_options(const Options& options);
+// A count of intra-op threads in 1..kMaxIntraOpThreads, else Error(Usage) naming `who`.
+void check_intra_op_threads(int threads, const char* who);
 template <class Impl, class LoadOpened>
 std::unique_ptr<Impl> load_path(const std::string& path, const Options& options, LoadOpened load_opened) {
-  check_runners(options);
+  check_options(options);
   auto impl = std::make_unique<Impl>();
   impl->package_path = path;
   impl->limits = limits_of(options);
@@ -121,7 +145,7 @@ std::unique_ptr<Impl> load_path(const std::string& path, const Options& options,
 }
 template <class Impl, class LoadOpened>
 std::unique_ptr<Impl> load_memory(const void* bytes, size_t size, const Options& options, LoadOpened load_opened) {
-  check_runners(options);
+  check_options(options);
   auto impl = std::make_unique<Impl>();
   impl->package_path = "the package in memory (" + std::to_string(size) + " bytes)";
   impl->from_memory = true;

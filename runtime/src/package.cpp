@@ -154,11 +154,22 @@ Spec Package::spec() const {
   return parse_spec(std::string(bytes.begin(), bytes.end()), path_);
 }
 
-void check_runners(const Options& options) {
+void check_intra_op_threads(int threads, const char* who) {
+  if (threads < 1 || threads > kMaxIntraOpThreads) {
+    throw Error(ErrorCode::Usage, std::string(who) + " must be in 1.." + std::to_string(kMaxIntraOpThreads) +
+                                      ", got " + std::to_string(threads));
+  }
+}
+
+void check_options(const Options& options) {
   if (options.num_runners < 1 || options.num_runners > kMaxRunners) {
     // each runner is a model instance: an unbounded count would load until memory runs out
     throw Error(ErrorCode::Usage, "num_runners must be in 1.." + std::to_string(kMaxRunners) + ", got " +
                                       std::to_string(options.num_runners));
+  }
+  if (options.intra_op_threads < 0 || options.intra_op_threads > kMaxIntraOpThreads) {
+    throw Error(ErrorCode::Usage, "intra_op_threads must be in 1.." + std::to_string(kMaxIntraOpThreads) +
+                                      " (0: set_num_threads' count), got " + std::to_string(options.intra_op_threads));
   }
 }
 

@@ -37,6 +37,7 @@ struct Runtime::Impl {
   std::vector<std::string> libraries;
   size_t variant = 0;  // index into spec.variants
   int device_index = -1;  // CUDA packages: Options::device_index
+  int intra_op_threads = 0;  // Options::intra_op_threads
   std::shared_ptr<detail::Extraction> extracted;  // the variant's files; AOTInductor loads from there
   std::unique_ptr<torch::inductor::AOTIModelContainerRunner> runner;
   std::unique_ptr<detail::RunMemory> run_memory;  // Options::reuse_run_memory; null when off
@@ -54,6 +55,12 @@ struct Runtime::Impl {
     extracted.reset();
   }
 };
+
+// The library's own name for Runtime::Impl (private in the public header).
+struct detail::RuntimeAccess {
+  using Impl = Runtime::Impl;
+};
+using RuntimeImpl = detail::RuntimeAccess::Impl;
 
 namespace {
 
@@ -101,8 +108,10 @@ namespace {
 
 
 // Everything of a load after the package is open: spec, variant, host checks, extraction, ops libraries, model.
-void load_opened(Runtime::Impl& impl, const Options& options) {
+void load_opened(RuntimeImpl& impl, const Options& options) {
   impl.device_index = options.device_index;
+  impl.intra_op_threads = options.intra_op_threads;
+  if (options.intra_op_threads > 0) detail::check_run_threads();
   const std::string& package_path = impl.package_path;
   impl.spec = impl.package->spec();
   const Spec& spec = impl.spec;
@@ -171,7 +180,7 @@ std::vector<at::Tensor> checked(std::vector<at::Tensor> outputs) {
 
 // The model's outputs as AOTInductor returns them: they may alias the inputs (borrowed into args, which the caller
 // keeps while it looks at the outputs), constants, each other.
-std::vector<at::Tensor> run_model(const Runtime::Impl& impl, const std::vector<TensorView>& inputs,
+std::vector<at::Tensor> run_model(const RuntimeImpl& impl, const std::vector<TensorView>& inputs,
                                   std::vector<at::Tensor>& args, bool validated = false) {
   if (!validated) detail::validate_inputs(impl.spec, inputs, torch::cuda::is_available());
   args.reserve(inputs.size());
@@ -193,6 +202,7 @@ std::vector<at::Tensor> run_model(const Runtime::Impl& impl, const std::vector<T
     args.push_back(std::move(t));
   }
   detail::apply_num_threads();
+  const detail::RunThreads threads(impl.intra_op_threads);
   try {
     c10::InferenceMode inference;  // inference only: no autograd bookkeeping in the model's fallback ops
     if (!impl.first_run_done.load(std::memory_order_acquire)) {
@@ -271,7 +281,7 @@ namespace {
 
 // The golden cases of the package that was loaded: through the file held open, else the path opened again if it
 // still is that file.
-detail::Golden golden_of(const Runtime::Impl& impl) {
+detail::Golden golden_of(const RuntimeImpl& impl) {
   return detail::parse_golden(detail::golden_record(impl.package.get(), impl.from_memory, impl.golden, impl.package_path,
                                                     impl.identity, impl.limits, impl.spec),
                               impl.package_path);

@@ -29,7 +29,7 @@ out=$(env -i "$work/test_c_api_v1" "$packages" "$ops")
 echo "$out"
 checksums+=("C, v1 header:$(checksum_of "$out")")
 
-echo "== C99, versions 2 and 3: the package from memory (its file deleted), options, run_into from 4 threads"
+echo "== C99, versions 2 to 4: the package from memory (its file deleted), options, run_into from 4 threads"
 cc -std=c99 -Wall -Wextra -Werror -pedantic -pthread -I"$b/include" "$src/tests/c_api/test_c_api_v2.c" \
   -o "$work/test_c_api_v2" -L"$b/lib" -lpt2rt -lm -Wl,-rpath,"$b/lib"
 mkdir -p "$work/v2-tmp"

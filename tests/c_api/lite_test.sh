@@ -28,7 +28,7 @@ no_libtorch "$(ls "$work"/ld.* | head -1)"
 rm -f "$work"/ld.*
 checksums+=("C, lite:$(checksum_of "$out")")
 
-echo "== C99, versions 2 and 3, against libpt2rt_lite.so: the package from memory, options, run_into from 4 threads"
+echo "== C99, versions 2 to 4, against libpt2rt_lite.so: the package from memory, options, run_into from 4 threads"
 cc -std=c99 -Wall -Wextra -Werror -pedantic -pthread -I"$src/runtime/include" "$src/tests/c_api/test_c_api_v2.c" \
   -o "$work/test_c_api_v2" -L"$lib" -l:libpt2rt_lite.so -lm -Wl,-rpath,"$lib"
 cp "$packages/net_dynamic.pt2" "$work/model.pt2"

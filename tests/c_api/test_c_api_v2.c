@@ -1,7 +1,8 @@
-/* Versions 2 and 3 of the C API from C99 (-std=c99 -pedantic -Werror, pthreads), as a game engine would use it:
+/* Versions 2 to 4 of the C API from C99 (-std=c99 -pedantic -Werror, pthreads), as a game engine would use it:
  * the package read into memory and its file deleted, loaded from the buffer with options (a CPU variant, two
- * runners, the ops library, run memory reused), the buffer freed, then 4 threads running frames into buffers of
- * their own (pt2rt_run_into). Built against version 2's header too (tests/c_api/v2): no reuse there.
+ * runners, the ops library, run memory reused, one intra-op thread per run), the buffer freed, then 4 threads
+ * running frames into buffers of their own (pt2rt_run_into). Built against version 2's header too
+ * (tests/c_api/v2): no reuse or threads there.
  * Prints the checksum of 60 frames (the calling script compares it with the eager model's), checks the errors of
  * the new calls and that nothing is left under $TMPDIR once the runtime is freed.
  *   test_c_api_v2 PACKAGE_COPY OPS_LIBRARY CPU_ISA   (PACKAGE_COPY: a copy of net_dynamic.pt2, deleted here) */
@@ -125,6 +126,13 @@ static void test_options_errors(void) {
   CHECK_STATUS(pt2rt_options_set_reuse_run_memory(o, -1), PT2RT_ERROR_USAGE);
   CHECK(contains(pt2rt_last_error(), "pt2rt_options_set_reuse_run_memory"));
 #endif
+#if PT2RT_C_API_VERSION >= 4
+  CHECK_STATUS(pt2rt_options_set_intra_op_threads(NULL, 1), PT2RT_ERROR_USAGE);
+  CHECK_STATUS(pt2rt_options_set_intra_op_threads(o, -1), PT2RT_ERROR_USAGE);
+  CHECK(contains(pt2rt_last_error(), "threads is -1, expected 1..1024"));
+  CHECK_STATUS(pt2rt_options_set_intra_op_threads(o, 1025), PT2RT_ERROR_USAGE);
+  CHECK_STATUS(pt2rt_options_set_intra_op_threads(o, 0), PT2RT_OK);
+#endif
   CHECK_STATUS(pt2rt_options_set_keep_package_open(o, 2), PT2RT_ERROR_USAGE);
   CHECK(contains(pt2rt_last_error(), "expected 0 or 1"));
   CHECK_STATUS(pt2rt_options_set_device_index(o, -2), PT2RT_ERROR_USAGE);
@@ -176,6 +184,9 @@ int main(int argc, char** argv) {
   CHECK_STATUS(pt2rt_options_add_ops_library(options, argv[2]), PT2RT_OK);
 #if PT2RT_C_API_VERSION >= 3
   CHECK_STATUS(pt2rt_options_set_reuse_run_memory(options, 1), PT2RT_OK);
+#endif
+#if PT2RT_C_API_VERSION >= 4
+  CHECK_STATUS(pt2rt_options_set_intra_op_threads(options, 1), PT2RT_OK);
 #endif
   CHECK_STATUS(pt2rt_load_from_memory(bytes, size, options, &rt), PT2RT_OK);
   memset(bytes, 0, size);

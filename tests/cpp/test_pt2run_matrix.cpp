@@ -190,6 +190,8 @@ const Case kCases[] = {
     {"unknown_subcommand", "frobnicate", 2, "unknown subcommand 'frobnicate'; expected info, run, verify, bench or host"},
     {"run_without_output", "run " + kNet + " --input " + kP + "/net_input.pt", 2, "--output is required"},
     {"bench_zero_iters", "bench " + kNet + " --iters 0", 2, "--iters"},
+    {"run_zero_intra_op_threads", run_with(kP + "/net_input.pt") + " --intra-op-threads 0", 2, "--intra-op-threads"},
+    {"verify_too_many_intra_op_threads", verify(kNet) + " --intra-op-threads 1025", 2, "--intra-op-threads"},
 };
 
 INSTANTIATE_TEST_SUITE_P(Matrix, BadInput, testing::ValuesIn(kCases),

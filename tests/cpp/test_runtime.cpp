@@ -463,6 +463,50 @@ TEST(Runtime, NumThreadsHoldsOnEveryThreadThatRuns) {
   EXPECT_EQ(seen_after_change, 1);
 }
 
+// Options::intra_op_threads sizes the OpenMP team of each run on its calling thread and gives the thread its own
+// setting back afterwards, so runtimes loaded with different counts share threads (a server's workers). The team a
+// run made stays in the calling thread's pool: the threads the process gained are the team's, whatever the timing.
+TEST(Runtime, IntraOpThreadsSizeEachRunsTeamAndRestoreTheCallers) {
+  const auto omp_max_threads = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
+  const auto omp_set_threads = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
+  ASSERT_TRUE(omp_max_threads && omp_set_threads) << "torch's OpenMP runtime is not loaded";
+  const auto tasks = [] {
+    return static_cast<int>(std::distance(fs::directory_iterator("/proc/self/task"), fs::directory_iterator{}));
+  };
+  const int many = static_cast<int>(std::thread::hardware_concurrency()) + 2;
+  pt2rt::Options wide = with_ops(), one = with_ops();
+  wide.intra_op_threads = many;
+  one.intra_op_threads = 1;
+  const pt2rt::Runtime rt_wide = pt2rt::Runtime::load(kPackages + "/reductions.pt2", wide);
+  const pt2rt::Runtime rt_one = pt2rt::Runtime::load(kPackages + "/reductions.pt2", one);
+  const std::vector<pt2rt::Tensor> inputs = rt_one.example_inputs();
+  std::vector<pt2rt::TensorView> views;
+  for (const auto& t : inputs) views.push_back(t.view());
+  int grown_one = -1, grown_wide = -1, kept_one = -1, kept_wide = -1;
+  std::thread caller([&] {
+    rt_one.run(views);  // the process-wide setting is applied at a thread's first run
+    omp_set_threads(many);  // the thread's own setting: runs of rt_one must not take it
+    int before = tasks();
+    rt_one.run(views);
+    grown_one = tasks() - before;
+    kept_one = omp_max_threads();
+    omp_set_threads(1);  // and runs of rt_wide must not keep to it
+    before = tasks();
+    rt_wide.run(views);
+    grown_wide = tasks() - before;
+    kept_wide = omp_max_threads();
+  });
+  caller.join();
+  EXPECT_EQ(grown_one, 0) << "a runtime of one intra-op thread ran a team of the calling thread's size";
+  EXPECT_EQ(grown_wide, many - 1) << "a runtime of " << many << " intra-op threads ran another team";
+  EXPECT_EQ(kept_one, many);
+  EXPECT_EQ(kept_wide, 1);
+  pt2rt::Options negative = with_ops();
+  negative.intra_op_threads = -1;
+  EXPECT_ERROR(pt2rt::Runtime::load(kNet, negative), pt2rt::ErrorCode::Usage,
+               "intra_op_threads must be in 1..1024 (0: set_num_threads' count), got -1");
+}
+
 // Inductor splits a large reduction over the caller's OpenMP team and keeps one partial result per thread: the
 // package sized that array by the exporting process's threads, so more threads here wrote past it (a crash or a
 // wrong sum). The export's threads are this machine's cores at most.
@@ -1002,8 +1046,9 @@ TEST(Runtime, SetNumThreads) {
     FAIL() << "set_num_threads(0) was accepted";
   } catch (const pt2rt::Error& e) {
     EXPECT_EQ(e.code(), pt2rt::ErrorCode::Usage);
-    EXPECT_NE(std::string(e.what()).find("expected at least 1 thread, got 0"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("threads must be in 1..1024, got 0"), std::string::npos) << e.what();
   }
+  EXPECT_THROW(pt2rt::set_num_threads(pt2rt::kMaxIntraOpThreads + 1), pt2rt::Error);
   pt2rt::set_num_threads(before);
   EXPECT_EQ(pt2rt::num_threads(), before);
 }

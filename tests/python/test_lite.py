@@ -353,6 +353,26 @@ def test_pt2run_lite_verifies_and_runs_the_package_with_no_libtorch_loaded(packa
     assert "lite variant native  (selected here)" in info
 
 
+def test_pt2run_lite_runs_each_run_on_the_intra_op_threads_asked_for(package):
+    """--intra-op-threads (Options::intra_op_threads): each run's OpenMP team has that many threads. The threads a
+    bench process ends with are its callers' teams; one caller with 4 threads has 3 more than with 1."""
+    import json
+    path, _ = package
+    threads = {}
+    for n in (1, 4):
+        result = subprocess.run([str(_pt2run_lite()), "bench", str(path), "--threads", "1", "--warmup", "1",
+                                 "--iters", "3", "--intra-op-threads", str(n), "--json"], capture_output=True,
+                                text=True)
+        assert result.returncode == 0, result.stderr
+        report = json.loads(result.stdout)
+        assert report["intra_op_threads"] == n
+        threads[n] = report["process_threads"]
+    assert threads[4] - threads[1] == 3, threads
+    result = subprocess.run([str(_pt2run_lite()), "verify", str(path), "--intra-op-threads", "2"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0 and "4 of 4 golden cases passed" in result.stdout, result.stderr
+
+
 def test_pt2run_lite_refuses_a_package_without_lite_variants(exported):
     path, _, _ = exported("net_dynamic")
     result = subprocess.run([str(_pt2run_lite()), "verify", str(path)], capture_output=True, text=True)

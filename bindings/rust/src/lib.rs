@@ -1,15 +1,16 @@
 //! pt2rt for Rust: safe wrappers over libpt2rt's C API (`<pt2rt/pt2rt_c.h>`), no dependencies.
 //!
 //! ```no_run
-//! let rt = pt2rt::Runtime::load("model.pt2", &[], 0)?;
+//! let options = pt2rt::Options { intra_op_threads: 2, ..Default::default() };
+//! let rt = pt2rt::Runtime::load_with_options("model.pt2", &options)?;
 //! let x = vec![0f32; 3 * 32 * 32];
 //! let outputs = rt.run(&[pt2rt::Input::f32(&x, &[1, 3, 32, 32])])?;
 //! let y: &[f32] = outputs[0].as_slice()?;
 //! # Ok::<(), pt2rt::Error>(())
 //! ```
 //!
-//! `Runtime::load_with_options` and `Runtime::load_from_memory` take `Options`; `Runtime::run_into` writes outputs
-//! into buffers the caller reuses.
+//! `Runtime::load_from_memory` takes `Options` too (`Runtime::load` is the C API's version-1 load);
+//! `Runtime::run_into` writes outputs into buffers the caller reuses.
 //!
 //! `Runtime` is `Send + Sync` (runs may happen on many threads at once); `Tensor` owns its output and frees it on
 //! drop. Errors carry the C status and the library's one-line message. Build with `PT2RT_LIB_DIR` set to a bundle's
@@ -50,7 +51,7 @@ mod ffi {
         pub dtype: c_int,
     }
 
-    pub const C_API_VERSION: u32 = 3;
+    pub const C_API_VERSION: u32 = 4;
 
     extern "C" {
         pub fn pt2rt_last_error() -> *const c_char;
@@ -75,6 +76,7 @@ mod ffi {
         pub fn pt2rt_options_set_check_sha256(options: *mut Options, enabled: c_int) -> c_int;
         pub fn pt2rt_options_set_keep_package_open(options: *mut Options, enabled: c_int) -> c_int;
         pub fn pt2rt_options_set_reuse_run_memory(options: *mut Options, enabled: c_int) -> c_int;
+        pub fn pt2rt_options_set_intra_op_threads(options: *mut Options, threads: c_int) -> c_int;
         pub fn pt2rt_options_set_device_index(options: *mut Options, device_index: c_int) -> c_int;
         pub fn pt2rt_options_set_max_record_bytes(options: *mut Options, bytes: u64) -> c_int;
         pub fn pt2rt_options_set_max_metadata_bytes(options: *mut Options, bytes: u64) -> c_int;
@@ -278,6 +280,8 @@ pub struct Options {
     pub keep_package_open: bool,
     /// Runs reuse the memory earlier runs freed: `run_into` of fixed shapes allocates nothing once warm.
     pub reuse_run_memory: bool,
+    /// Intra-op threads of each run, 1..1024 (0: the process-wide count, `pt2rt_set_num_threads`).
+    pub intra_op_threads: i32,
     /// CUDA packages: the device; -1: the current one.
     pub device_index: i32,
     /// Bounds on what a package may make a load read (`None`: the library's).
@@ -297,6 +301,7 @@ impl Default for Options {
             check_sha256: true,
             keep_package_open: true,
             reuse_run_memory: false,
+            intra_op_threads: 0,
             device_index: -1,
             max_record_bytes: None,
             max_metadata_bytes: None,
@@ -340,6 +345,7 @@ impl Options {
             check(ffi::pt2rt_options_set_check_sha256(o.0, self.check_sha256 as c_int))?;
             check(ffi::pt2rt_options_set_keep_package_open(o.0, self.keep_package_open as c_int))?;
             check(ffi::pt2rt_options_set_reuse_run_memory(o.0, self.reuse_run_memory as c_int))?;
+            check(ffi::pt2rt_options_set_intra_op_threads(o.0, self.intra_op_threads))?;
             check(ffi::pt2rt_options_set_device_index(o.0, self.device_index))?;
             if let Some(b) = self.max_record_bytes {
                 check(ffi::pt2rt_options_set_max_record_bytes(o.0, b))?;

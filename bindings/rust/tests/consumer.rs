@@ -74,8 +74,12 @@ fn options_memory_and_run_into() {
         num_runners: 2,
         ops_libraries: vec![ops()],
         reuse_run_memory: true,
+        intra_op_threads: 1,
         ..Default::default()
     };
+    let bad = pt2rt::Options { intra_op_threads: -1, ..Default::default() };
+    let err = pt2rt::Runtime::load_from_memory(&bytes, &bad).err().expect("-1 intra-op threads loaded");
+    assert!(err.to_string().contains("intra_op_threads"), "{err}");
     let rt = pt2rt::Runtime::load_from_memory(&bytes, &options).unwrap();
     drop(bytes);
     let shape = [1i64, 3, 32, 32];

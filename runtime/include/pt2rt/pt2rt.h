@@ -87,6 +87,7 @@ struct OutputView {
 
 namespace detail {
 struct TensorAccess;
+struct RuntimeAccess;
 }
 
 // Owned memory: an output of run(), or a tensor read from a file. Copies of a Tensor share its storage (a copy is
@@ -206,6 +207,8 @@ struct Spec {
 
 // The most model instances one Runtime holds (Options::num_runners).
 constexpr int kMaxRunners = 1024;
+// The most intra-op threads a run may be given (Options::intra_op_threads, set_num_threads).
+constexpr int kMaxIntraOpThreads = 1024;
 
 struct Options {
   // Ops libraries to load first. Then the files the spec names whose items are still unregistered (and whose
@@ -248,6 +251,11 @@ struct Options {
   // runtime.md: ResNet-18 +10 %, small models +-1 %). The cache is a c10 CPU allocator put in front of torch's
   // (priority 0); one registered with a higher priority keeps its place and then nothing is cached.
   bool reuse_run_memory = false;
+  // Intra-op threads of this Runtime's runs, 1..kMaxIntraOpThreads: each run() sizes its calling thread's OpenMP
+  // team (and MKL's) to this for the run and gives the thread back its own setting afterwards, so models loaded
+  // with different counts can share threads. 0: set_num_threads' process-wide count (torch's default: one per
+  // core). A process running several models at once divides its cores among them (pt2serve: cores / instances).
+  int intra_op_threads = 0;
 };
 
 struct CaseReport {
@@ -304,9 +312,9 @@ class PT2RT_API Runtime {
   // The CPU variant that was loaded.
   const Variant& variant() const;
 
-  struct Impl;
-
  private:
+  struct Impl;
+  friend struct detail::RuntimeAccess;
   explicit Runtime(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
@@ -341,9 +349,10 @@ PT2RT_API const char* torch_version();
 PT2RT_API void check_inputs(const Spec& spec, const std::vector<TensorView>& inputs);
 // True in pt2rt-lite (a libpt2rt without libtorch: it loads a package's lite variants, Spec::lite_variants).
 PT2RT_API bool is_lite();
-// Threads each run() may use inside torch's kernels (torch's intra-op threads; default: one per core).
-// Process-wide, like torch's own setting: every thread's next run() uses it (its OpenMP and MKL threads), whichever
-// thread set it. With several threads calling run(), threads x this <= cores avoids oversubscription.
+// Threads each run() may use inside torch's kernels (torch's intra-op threads; default: one per core), 1..
+// kMaxIntraOpThreads. Process-wide, like torch's own setting: every thread's next run() of a Runtime loaded without
+// Options::intra_op_threads uses it (its OpenMP and MKL threads), whichever thread set it. With several threads
+// calling run(), threads x this <= cores avoids oversubscription.
 PT2RT_API void set_num_threads(int threads);
 PT2RT_API int num_threads();
 

@@ -2,8 +2,13 @@
  * calls C (clang + libc++, C# P/Invoke, Rust, Go, Swift). C99; exported from libpt2rt.so next to the C++ API.
  * docs/c-api.md describes every function.
  *
+ *   pt2rt_options* opts = NULL;
+ *   pt2rt_options_create(&opts);
+ *   pt2rt_options_set_intra_op_threads(opts, 2);
  *   pt2rt_runtime* rt = NULL;
- *   if (pt2rt_load("model.pt2", NULL, 0, 0, &rt) != PT2RT_OK) { fprintf(stderr, "%s\n", pt2rt_last_error()); ... }
+ *   pt2rt_status st = pt2rt_load_with_options("model.pt2", opts, &rt);
+ *   pt2rt_options_free(opts);
+ *   if (st != PT2RT_OK) { fprintf(stderr, "%s\n", pt2rt_last_error()); ... }
  *   int64_t shape[4] = {1, 3, 224, 224};
  *   pt2rt_tensor_view in = {pixels, shape, 4, PT2RT_FLOAT32};
  *   pt2rt_tensor* out[4]; size_t n_out = 0;
@@ -32,7 +37,7 @@
  * time that the library it loaded speaks its version:
  *   if (pt2rt_check_c_api_version(PT2RT_C_API_VERSION) != PT2RT_OK) { ... pt2rt_last_error() ... }
  * Version 2 added pt2rt_options, pt2rt_load_with_options, pt2rt_load_from_memory and pt2rt_run_into; version 3
- * pt2rt_options_set_reuse_run_memory.
+ * pt2rt_options_set_reuse_run_memory; version 4 pt2rt_options_set_intra_op_threads.
  */
 #ifndef PT2RT_PT2RT_C_H
 #define PT2RT_PT2RT_C_H
@@ -44,7 +49,7 @@
 extern "C" {
 #endif
 
-#define PT2RT_C_API_VERSION 3
+#define PT2RT_C_API_VERSION 4
 
 #if defined(_WIN32)
 #define PT2RT_C_EXPORT __declspec(dllimport)
@@ -101,13 +106,6 @@ PT2RT_C_EXPORT pt2rt_status pt2rt_check_c_api_version(uint32_t header_version);
 PT2RT_C_EXPORT const char* pt2rt_dtype_name(pt2rt_dtype dtype);
 PT2RT_C_EXPORT size_t pt2rt_dtype_size(pt2rt_dtype dtype);
 
-/* Loads a package: reads its spec, loads and checks the ops libraries, checks the package against this host, loads
- * the model. ops_libraries: paths to load first (the spec's other libraries are then found as docs/runtime.md says);
- * num_runners: model instances for concurrent calls (0: 1). On success *out is the caller's. */
-PT2RT_C_EXPORT pt2rt_status pt2rt_load(const char* package_path, const char* const* ops_libraries,
-                                       size_t n_ops_libraries, int num_runners, pt2rt_runtime** out);
-PT2RT_C_EXPORT void pt2rt_runtime_free(pt2rt_runtime* runtime);
-
 /* Load options (version 2), the C++ API's pt2rt::Options: create, set, pass to any number of loads, free. A setter
  * given a value out of range returns PT2RT_ERROR_USAGE and leaves the options as they were. */
 PT2RT_C_EXPORT pt2rt_status pt2rt_options_create(pt2rt_options** out);
@@ -129,6 +127,10 @@ PT2RT_C_EXPORT pt2rt_status pt2rt_options_set_keep_package_open(pt2rt_options* o
 /* (Version 3) Runs reuse the CPU memory earlier runs freed: once warm, pt2rt_run_into of a model whose shapes do
    not change allocates nothing (default 0: off; pt2rt::Options::reuse_run_memory says what it costs). */
 PT2RT_C_EXPORT pt2rt_status pt2rt_options_set_reuse_run_memory(pt2rt_options* options, int enabled);
+/* (Version 4) Intra-op threads of this runtime's runs, 1..1024: each pt2rt_run sizes its calling thread's OpenMP
+   team to this for the run, then gives the thread its own setting back (default 0: pt2rt_set_num_threads' count,
+   else one per core). A process running several models at once divides its cores among them. */
+PT2RT_C_EXPORT pt2rt_status pt2rt_options_set_intra_op_threads(pt2rt_options* options, int threads);
 /* CUDA packages: the device to run on (-1, the default: the current device). */
 PT2RT_C_EXPORT pt2rt_status pt2rt_options_set_device_index(pt2rt_options* options, int device_index);
 /* Bounds on what a package may make a load read: one record, the spec record, all files extracted (bytes, > 0). */
@@ -136,9 +138,16 @@ PT2RT_C_EXPORT pt2rt_status pt2rt_options_set_max_record_bytes(pt2rt_options* op
 PT2RT_C_EXPORT pt2rt_status pt2rt_options_set_max_metadata_bytes(pt2rt_options* options, uint64_t bytes);
 PT2RT_C_EXPORT pt2rt_status pt2rt_options_set_max_extracted_bytes(pt2rt_options* options, uint64_t bytes);
 
-/* pt2rt_load with options (NULL: the defaults). */
+/* Loads a package: reads its spec, loads and checks the ops libraries, checks the package against this host, loads
+ * the model, as the options say (NULL: the defaults). On success *out is the caller's; free it once with
+ * pt2rt_runtime_free. */
 PT2RT_C_EXPORT pt2rt_status pt2rt_load_with_options(const char* package_path, const pt2rt_options* options,
                                                     pt2rt_runtime** out);
+PT2RT_C_EXPORT void pt2rt_runtime_free(pt2rt_runtime* runtime);
+/* Version 1's load, kept for programs built against it: pt2rt_load_with_options with ops_libraries added in order
+ * and num_runners set (0: 1). */
+PT2RT_C_EXPORT pt2rt_status pt2rt_load(const char* package_path, const char* const* ops_libraries,
+                                       size_t n_ops_libraries, int num_runners, pt2rt_runtime** out);
 /* A package held in memory (an asset, a download): validated as a file is. The bytes are read during the call only
  * and may be freed once it returns; the model's files go to a private directory (0700, under $TMPDIR) that
  * pt2rt_runtime_free removes. */
@@ -187,7 +196,8 @@ PT2RT_C_EXPORT pt2rt_dtype pt2rt_tensor_dtype(const pt2rt_tensor* tensor);
 PT2RT_C_EXPORT size_t pt2rt_tensor_nbytes(const pt2rt_tensor* tensor);
 PT2RT_C_EXPORT void pt2rt_tensor_free(pt2rt_tensor* tensor);
 
-/* Threads each run may use inside torch's kernels, process-wide (0 or less: PT2RT_ERROR_USAGE). */
+/* Threads each run may use inside torch's kernels, process-wide, 1..1024 (other values: PT2RT_ERROR_USAGE); a runtime
+   loaded with pt2rt_options_set_intra_op_threads keeps its own. */
 PT2RT_C_EXPORT pt2rt_status pt2rt_set_num_threads(int threads);
 
 #ifdef __cplusplus

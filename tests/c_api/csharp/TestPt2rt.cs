@@ -111,9 +111,11 @@ static class TestPt2rt
                   "garbage bytes: " + e);
             e = Throws(() => Pt2rt.Runtime.LoadFromMemory(asset, new Pt2rt.Options { NumRunners = 0 }).Dispose());
             Check(e != null && e.Status == Pt2rt.Status.Usage, "0 runners: " + e);
+            e = Throws(() => Pt2rt.Runtime.LoadFromMemory(asset, new Pt2rt.Options { IntraOpThreads = -1 }).Dispose());
+            Check(e != null && e.Status == Pt2rt.Status.Usage && e.Message.Contains("intra_op_threads"), "-1 intra-op threads: " + e);
             e = Throws(() => Pt2rt.Runtime.Load(dir + "/op_static.pt2", new Pt2rt.Options { CpuIsa = "no_such_isa", OpsLibraries = ops }).Dispose());
             Check(e != null && e.Status == Pt2rt.Status.Package && e.Message.Contains("no_such_isa"), "unknown ISA: " + e);
-            using (var rt = Pt2rt.Runtime.LoadFromMemory(asset, new Pt2rt.Options { NumRunners = 2, OpsLibraries = ops, ReuseRunMemory = true }))
+            using (var rt = Pt2rt.Runtime.LoadFromMemory(asset, new Pt2rt.Options { NumRunners = 2, OpsLibraries = ops, ReuseRunMemory = true, IntraOpThreads = 1 }))
             using (var fromFile = Pt2rt.Runtime.Load(dir + "/net_dynamic.pt2", new Pt2rt.Options { OpsLibraries = ops, KeepPackageOpen = false }))
             {
                 Array.Clear(asset, 0, asset.Length);
