@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make bench: builds (Release), exports the example packages when missing, runs benchmarks/bench.py, then
-# benchmarks/serve_bench.py (pt2serve vs the KServe Python model server, in .venv-kserve; build/bench/serve), then
+# benchmarks/serve_bench.py (pt2serve vs the KServe Python model server, in .venv-kserve; build/bench/serve),
+# benchmarks/serve_threads.py (two models x two instances: every run on every core vs each model's share), then
 # benchmarks/peers_bench.py (pt2run vs Python AOTInductor, eager, ONNX Runtime and OpenVINO, the peers in
 # .venv-peers; build/bench/peers; PEERS_ARGS for its options), then benchmarks/lite_bench.py (pt2rt-lite against the
 # full runtime; build/bench/lite; LITE_ARGS; `scripts/bench.sh lite` alone). Writes build/bench/report.json and
@@ -73,6 +74,10 @@ log "serving benchmark -> build/bench/serve"
   --package "$PACKAGE" --conv-package "$CONV_PACKAGE" --classifier-package "$CLASSIFIER_PACKAGE" \
   --kserve-python "$KSERVE_VENV/bin/python" \
   --out "$ROOT/build/bench/serve" $(case " ${BENCH_ARGS:-} " in *" --quick "*) echo "--seconds 1" ;; esac)
+log "pt2serve's threads per model -> build/bench/serve_threads"
+"$PYTHON" benchmarks/serve_threads.py --pt2serve "$BUILD_DIR/bin/pt2serve" --ops "$IDENTITY_CONV_OPS_LIBRARY" \
+  --conv-package "$CONV_PACKAGE" --classifier-package "$CLASSIFIER_PACKAGE" --out "$ROOT/build/bench/serve_threads" \
+  $(case " ${BENCH_ARGS:-} " in *" --quick "*) echo "--rounds 1 --seconds 1" ;; esac)
 case " ${BENCH_ARGS:-} " in *" --quick "*) PEERS_ARGS="--rounds 1 --scale 0.2 ${PEERS_ARGS:-}"
   LITE_ARGS="--rounds 1 --scale 0.2 ${LITE_ARGS:-}" ;; esac
 peers

@@ -113,9 +113,9 @@ mutant("variant: the first runnable, not the most specialised", "runtime/src/cpu
        "    if (!best || v.cpu_features.size() > spec.variants[*best].cpu_features.size()) best = i;",
        "    if (!best) best = i;",
        ctest("^Variants[.]"))
-mutant("C API: input errors reported as runtime errors", "runtime/src/c_api.cpp",
-       "    case pt2rt::ErrorCode::Input: return PT2RT_ERROR_INPUT;",
-       "    case pt2rt::ErrorCode::Input: return PT2RT_ERROR_RUNTIME;",
+mutant("C API: input errors reported as runtime errors", "runtime/src/errors.cpp",
+       '    {ErrorCode::Input, 5, "input", "input"},',
+       '    {ErrorCode::Input, 7, "input", "input"},',
        ctest("^CApi[.]"))
 mutant("C API: a program built for version 1 refused", "runtime/src/c_api.cpp",
        "  if (header_version >= 1 && header_version <= PT2RT_C_API_VERSION) return PT2RT_OK;",
@@ -158,10 +158,10 @@ mutant("pt2serve: decoded body not bounded", "serve/http_codec.cpp",
 mutant("pt2serve: JSON data read into the first input", "serve/http_infer.cpp",
        "      const size_t k = stack_[1]->size() - 1;", "      const size_t k = 0;",
        ctest("^fuzz_replay_infer_request"))
-mutant("pt2serve: header lines not bounded", "serve/http_service.cpp",
+mutant("pt2serve: header lines not bounded", "serve/http_server.cpp",
        "    evhttp_set_max_headers_size(http, kMaxHeaderBytes);", "",
        pytest("tests/python/test_serve.py", "-k", "header_line"))
-mutant("pt2serve: a stop does not wait for answers being written", "serve/http_service.cpp",
+mutant("pt2serve: a stop does not wait for answers being written", "serve/http_server.cpp",
        "    if (stopping && in_flight == 0 && unsent.empty()) event_base_loopexit(base, nullptr);",
        "    if (stopping && in_flight == 0) event_base_loopexit(base, nullptr);",
        pytest("tests/python/test_serve.py", "-k", "sigterm"))
@@ -180,8 +180,8 @@ mutant("pt2serve gRPC: an unknown model is INVALID_ARGUMENT", "serve/grpc_servic
 mutant("pt2serve gRPC: gzip requests inflated", "serve/grpc_service.cpp",
        "  builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_GZIP, false);", "",
        pytest("tests/python/test_serve.py", "-k", "grpc_compressed_requests_are_refused"))
-mutant("pt2serve: request bytes held not bounded together", "serve/http_service.cpp",
-       "    if (receiving_bytes + queued_bytes.load(std::memory_order_relaxed) > options.max_buffered_bytes) over_bound();",
+mutant("pt2serve: request bytes held not bounded together", "serve/request_bytes.cpp",
+       "  if (receiving_bytes_ + queued_.load(std::memory_order_relaxed) > limit_) over_bound();",
        "",
        pytest("tests/python/test_serve.py", "-k", "bounded_together"))
 
@@ -268,15 +268,22 @@ mutant("pt2serve gRPC: a model that is not ready is INTERNAL", "serve/grpc_servi
        "      case ErrorKind::Unavailable: return StatusCode::UNAVAILABLE;",
        "      case ErrorKind::Unavailable: return StatusCode::INTERNAL;",
        pytest("tests/python/test_serve.py", "-k", "grpc_errors_carry_the_protocol_status"))
+mutant("pt2serve: a model's share of the cores ignores its instance_count", "serve/repository.cpp",
+       "      instances += per_version * static_cast<int64_t>(version_folders(m).size());",
+       "      instances += static_cast<int64_t>(version_folders(m).size());",
+       pytest("tests/python/test_serve.py", "-k", "each_model_runs_on_its_share"))
+mutant("runtime: a runtime's intra-op threads not applied to its runs", "runtime/src/process.cpp",
+       "  c.set_num_threads(threads);", "",
+       ctest("^Runtime[.]IntraOpThreadsSizeEachRunsTeamAndRestoreTheCallers$"))
 mutant("pt2serve gRPC: requested outputs ignored", "serve/grpc_infer.cpp",
        "  for (const auto& o : q.outputs()) out.outputs.push_back(output_index(spec, o.name()));", "",
        ctest("^fuzz_replay_grpc_request$"))
-mutant("pt2serve: released bodies still count against --max-buffered-mb", "serve/http_service.cpp",
-       "    queued_bytes -= r.counted;", "",
+mutant("pt2serve: released bodies still count against --max-buffered-mb", "serve/http_server.cpp",
+       "    bytes.release(r.counted);", "",
        pytest("tests/python/test_serve.py", "-k", "bounded_together"))
-mutant("pt2serve metrics: failures reported as requests", "serve/http_service.cpp",
-       "      return std::to_string(m.stats().failures.load());",
-       "      return std::to_string(m.stats().requests.load());",
+mutant("pt2serve metrics: failures reported as requests", "serve/metrics.cpp",
+       "    return std::to_string(m.stats().failures.load());",
+       "    return std::to_string(m.stats().requests.load());",
        pytest("tests/python/test_serve.py", "-k", "metrics_count"))
 mutant("pt2serve: the runtime's input errors are 500s", "serve/protocol.cpp",
        "    const bool client = e.code() == pt2rt::ErrorCode::Input || e.code() == pt2rt::ErrorCode::Usage;",
@@ -290,7 +297,7 @@ mutant("pt2run: verify exits 0 on a mismatch", "runtime/cli/pt2run.cpp",
        "  return report.passed() ? kExitOk : kExitMismatch;", "  return kExitOk;",
        ctest("^Verify[.]Pt2runExitsOneOnAMismatch$"))
 mutant("pt2run: --intra-op-threads 0 accepted", "runtime/cli/pt2run.cpp",
-       "      ->check(CLI::Range(1, 1024));", "      ->check(CLI::Range(0, 1024));",
+       "        ->check(CLI::Range(1, pt2rt::kMaxIntraOpThreads))", "        ->check(CLI::Range(0, pt2rt::kMaxIntraOpThreads))",
        ctest("^Pt2run[.]BenchTakesIntraOpThreads$"))
 mutant("compat: a package older than the range loads", "runtime/src/compat.cpp",
        "  if (made.major == 2 && made.minor < kOldestMinor) {", "  if (false) {",

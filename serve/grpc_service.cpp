@@ -90,14 +90,7 @@ class Service final : public inference::GRPCInferenceService::Service {
     });
   }
   Status ModelInfer(ServerContext*, const inference::ModelInferRequest* q, inference::ModelInferResponse* r) override {
-    ModelPtr model;
-    const Status status = guarded([&] {
-      model = registry_.find(q->model_name(), q->model_version(), true);
-      model->stats().requests++;
-      infer(*model, *q, r);
-    });
-    if (!status.ok() && model) model->stats().failures++;
-    return status;
+    return guarded([&] { infer(*registry_.find(q->model_name(), q->model_version(), true), *q, r); });
   }
 
  private:
@@ -123,9 +116,16 @@ class Service final : public inference::GRPCInferenceService::Service {
     return StatusCode::INTERNAL;
   }
 
+  // The model keeps the books: its request counted by infer(), or as unreadable when it cannot be parsed.
   void infer(Model& m, const inference::ModelInferRequest& q, inference::ModelInferResponse* r) const {
     const auto& spec = m.spec();
-    auto request = parse_grpc_infer(spec, q, max_bytes_);
+    GrpcInferRequest request;
+    try {
+      request = parse_grpc_infer(spec, q, max_bytes_);
+    } catch (...) {
+      m.count_unreadable_request();
+      throw;
+    }
     const auto outputs = m.infer(std::move(request.inputs));
     r->set_model_name(m.name());
     r->set_model_version(m.version());
@@ -158,9 +158,9 @@ struct GrpcServer::Impl {
   std::unique_ptr<grpc::Server> server;
 };
 
-GrpcServer::GrpcServer(Registry& registry, const std::string& host, int port, size_t max_message_bytes,
-                       const TlsPem& tls)
-    : impl_(std::make_unique<Impl>()) {
+GrpcServer::GrpcServer(Registry& registry, const ListenOptions& options) : impl_(std::make_unique<Impl>()) {
+  const size_t max_message_bytes = options.max_request_bytes;
+  const ListenOptions::Tls& tls = options.tls;
   impl_->service = std::make_unique<Service>(registry, max_message_bytes);
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
   if (!tls.cert.empty()) {
@@ -172,7 +172,7 @@ GrpcServer::GrpcServer(Registry& registry, const std::string& host, int port, si
     credentials = grpc::SslServerCredentials(options);
   }
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(host + ":" + std::to_string(port), credentials, &port_);
+  builder.AddListeningPort(options.host + ":" + std::to_string(options.port), credentials, &port_);
   builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<size_t>(max_message_bytes, INT32_MAX)));
   builder.SetMaxSendMessageSize(INT32_MAX);
   // gRPC 1.51 inflates a compressed message before it checks the size limit: compressed requests are refused

@@ -4,19 +4,17 @@
 #include <memory>
 #include <string>
 
+#include "options.h"
+
 namespace pt2serve {
 
 class Registry;
 
-// PEM contents (not paths). Empty cert: no TLS. client_ca: clients must present a certificate it signed.
-struct TlsPem {
-  std::string cert, key, client_ca;
-};
-
 class GrpcServer {
  public:
-  // Listens on host:port (0: any free port, see port()); port() is -1 when it cannot listen.
-  GrpcServer(Registry& registry, const std::string& host, int port, size_t max_message_bytes, const TlsPem& tls = {});
+  // Listens on host:port (0: any free port, see port()); port() is -1 when it cannot listen. max_request_bytes
+  // bounds a message.
+  GrpcServer(Registry& registry, const ListenOptions& options);
   ~GrpcServer();
   int port() const { return port_; }
   // Stops taking calls; calls in flight get up to `seconds` to finish.

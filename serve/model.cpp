@@ -51,6 +51,7 @@ Model::Model(std::string name, std::string version, std::string path, ModelConfi
   }
   pt2rt::Options options;
   options.num_runners = config_.instance_count;
+  options.intra_op_threads = config_.intra_op_threads;
   options.ops_libraries = config_.ops_libraries;
   options.keep_package_open = false;  // no file held per loaded version; golden cases are not read while serving
   if (const char* isa = std::getenv("PT2RT_CPU_ISA")) options.cpu_isa = isa;  // as pt2run: the library reads no environment
@@ -60,6 +61,7 @@ Model::Model(std::string name, std::string version, std::string path, ModelConfi
     load_error_ = e.what();
     return;
   }
+  intra_op_threads_ = config_.intra_op_threads > 0 ? config_.intra_op_threads : pt2rt::num_threads();
   const auto dim = batch_dim(runtime_->spec());
   if (config_.dynamic_batching && dim && config_.max_batch_size != 1) {
     const int64_t package_max = dim->max.value_or(int64_t{1} << 20);
@@ -115,28 +117,63 @@ bool Model::joinable(const std::vector<pt2rt::Tensor>& inputs) const {
 }
 
 std::vector<pt2rt::Tensor> Model::infer(std::vector<pt2rt::Tensor> inputs) {
-  if (!ready()) throw Unavailable("model " + name_ + " version " + version_ + " is not loaded: " + load_error_);
-  if (!joinable(inputs)) {  // runs alone, on the caller's thread; the runtime validates it
-    const int64_t rows = !inputs.empty() && !inputs[0].shape().empty() ? inputs[0].shape()[0] : 0;
-    std::vector<pt2rt::TensorView> views;
-    for (const auto& t : inputs) views.push_back(t.view());
-    return run_timed(views, rows);
+  stats_.requests++;
+  try {
+    if (!ready()) throw Unavailable("model " + name_ + " version " + version_ + " is not loaded: " + load_error_);
+    if (!joinable(inputs)) return run_alone(inputs);
+    std::promise<std::vector<pt2rt::Tensor>> result;
+    auto future = result.get_future();
+    enqueue(inputs, [&result](std::vector<pt2rt::Tensor>* outputs, std::exception_ptr failure) {
+      if (outputs) {
+        result.set_value(std::move(*outputs));
+      } else {
+        result.set_exception(failure);
+      }
+    });
+    return future.get();
+  } catch (...) {
+    stats_.failures++;
+    throw;
   }
-  std::promise<std::vector<pt2rt::Tensor>> result;
-  auto future = result.get_future();
-  submit(inputs, [&result](std::vector<pt2rt::Tensor>* outputs, std::exception_ptr failure) {
-    if (outputs) {
-      result.set_value(std::move(*outputs));
-    } else {
-      result.set_exception(failure);
-    }
-  });
-  return future.get();
+}
+
+// A request that runs alone, on the caller's thread (the runtime validates it); its time smoothed.
+std::vector<pt2rt::Tensor> Model::run_alone(const std::vector<pt2rt::Tensor>& inputs) {
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t rows = !inputs.empty() && !inputs[0].shape().empty() ? inputs[0].shape()[0] : 0;
+  std::vector<pt2rt::TensorView> views;
+  for (const auto& t : inputs) views.push_back(t.view());
+  auto outputs = run_timed(views, rows);
+  const uint64_t took = since_ns(start), before = stats_.recent_request_ns.load(std::memory_order_relaxed);
+  stats_.recent_request_ns.store(before == 0 ? took : (before * 3 + took) / 4,
+                                 std::memory_order_relaxed);  // races lose a sample
+  return outputs;
 }
 
 bool Model::submit(std::vector<pt2rt::Tensor>& inputs, Completion done) {
-  if (!ready()) throw Unavailable("model " + name_ + " version " + version_ + " is not loaded: " + load_error_);
-  if (!joinable(inputs)) return false;
+  if (ready() && !joinable(inputs)) return false;
+  stats_.requests++;
+  try {
+    if (!ready()) throw Unavailable("model " + name_ + " version " + version_ + " is not loaded: " + load_error_);
+    // a failed batch is counted by its completion: one failure per request
+    return enqueue(inputs, [this, done = std::move(done)](std::vector<pt2rt::Tensor>* outputs, std::exception_ptr failure) {
+      if (!outputs) stats_.failures++;
+      done(outputs, failure);
+    });
+  } catch (...) {
+    stats_.failures++;
+    throw;
+  }
+}
+
+void Model::count_unreadable_request() {
+  stats_.requests++;
+  stats_.failures++;
+}
+
+void Model::count_unanswered_request() { stats_.failures++; }
+
+bool Model::enqueue(std::vector<pt2rt::Tensor>& inputs, Completion done) {
   {  // alone first: one request's bad input fails that request, not the batch it would join
     std::vector<pt2rt::TensorView> views;
     for (const auto& t : inputs) views.push_back(t.view());

@@ -25,7 +25,7 @@ namespace pt2serve {
 
 // The ranges of config.json's integers.
 constexpr int64_t kMaxBatchSize = int64_t{1} << 20;
-constexpr int64_t kMaxInstances = 256;            // each a runner and a thread
+constexpr int64_t kMaxInstances = pt2rt::kMaxRunners;  // each a runner (and, batching, a thread)
 constexpr int64_t kMaxQueue = int64_t{1} << 20;   // each waiting request holds its inputs
 constexpr int64_t kMaxQueueDelayUs = 60'000'000;  // a minute
 
@@ -35,14 +35,16 @@ struct ModelConfig {
   int64_t max_queue_delay_us = 500;
   std::vector<int64_t> preferred_batch_size;
   int instance_count = 1;                // runners
+  int intra_op_threads = 0;              // each run's; 0: the repository's share (repository.h)
   std::vector<std::string> ops_libraries;
   size_t max_queue = 256;                // requests waiting, beyond which a request is Unavailable
 };
 
+// A model version's books, kept by Model (every transport's requests alike) and read by /metrics.
 struct Stats {
   std::atomic<uint64_t> requests{0}, failures{0}, batches{0}, batch_rows{0};
   std::atomic<uint64_t> queue_ns{0}, compute_ns{0};
-  // an HTTP inference request's time from parse to answer, smoothed (0: none yet); the front's inline choice
+  // an unbatched request's time in infer(), smoothed (0: none yet): the HTTP front's choice to run one inline
   std::atomic<uint64_t> recent_request_ns{0};
   static constexpr int kBuckets = 8;  // batch rows <= 1, 2, 4, 8, 16, 32, 64, more
   std::atomic<uint64_t> batch_size_counts[kBuckets] = {};
@@ -69,8 +71,11 @@ class Model {
   bool batching() const { return batch_max_ > 1; }
   int64_t max_batch_size() const { return batch_max_; }
   const ModelConfig& config() const { return config_; }
-  Stats& stats() { return stats_; }
+  int intra_op_threads() const { return intra_op_threads_; }  // each run's, as loaded
+  const Stats& stats() const { return stats_; }
 
+  // The model keeps the books of every request a transport hands it (requests, failures, times): infer() and
+  // submit() count theirs; a transport tells of the rest with the two calls below.
   // Runs one request (inputs in the spec's order, owned). Batched with others when the model batches.
   // Throws BadRequest (pt2rt Input/Usage errors), Unavailable, or pt2rt::Error for failures inside the model.
   std::vector<pt2rt::Tensor> infer(std::vector<pt2rt::Tensor> inputs);
@@ -78,9 +83,13 @@ class Model {
   // thread; must not throw.
   using Completion = std::function<void(std::vector<pt2rt::Tensor>* outputs, std::exception_ptr failure)>;
   // Queues a request for the batcher and returns at once; `done` runs when its batch has run. False (the inputs
-  // left as they were) when the request cannot join a batch - the model does not batch, or its rows do not fit -
-  // and must run through infer(). Throws Unavailable as infer() does.
+  // left as they were, nothing counted) when the request cannot join a batch - the model does not batch, or its
+  // rows do not fit - and must run through infer(). Throws Unavailable as infer() does.
   bool submit(std::vector<pt2rt::Tensor>& inputs, Completion done);
+  // A request for this model whose inputs could not be read from its message: a request, failed.
+  void count_unreadable_request();
+  // A request that ran, but whose answer could not be made: a failure.
+  void count_unanswered_request();
   // Stops taking requests and finishes the queued ones.
   void drain();
   // The server is stopping: from now on a batch runs as soon as a worker takes it, with the rows it has (requests
@@ -95,6 +104,8 @@ class Model {
     Completion done;
   };
   bool joinable(const std::vector<pt2rt::Tensor>& inputs) const;
+  std::vector<pt2rt::Tensor> run_alone(const std::vector<pt2rt::Tensor>& inputs);
+  bool enqueue(std::vector<pt2rt::Tensor>& inputs, Completion done);
   void worker();
   void run_batch(std::vector<std::unique_ptr<Pending>>& batch);
   std::vector<pt2rt::Tensor> run_timed(const std::vector<pt2rt::TensorView>& views, int64_t rows);
@@ -105,6 +116,7 @@ class Model {
   pt2rt::Spec request_spec_;  // the spec one request of a batch is checked against: any rows in the batch dim
   std::string load_error_;
   int64_t batch_max_ = 0;
+  int intra_op_threads_ = 0;
   Stats stats_;
 
   std::mutex mu_;

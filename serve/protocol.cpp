@@ -75,19 +75,17 @@ void check_json_depth(const char* begin, const char* end, size_t max_depth) {
 }
 
 namespace {
-const std::map<pt2rt::DType, std::pair<const char*, size_t>>& datatypes() {
+const std::map<pt2rt::DType, const char*>& datatypes() {
   using pt2rt::DType;
-  static const std::map<DType, std::pair<const char*, size_t>> m = {
-      {DType::Float32, {"FP32", 4}}, {DType::Float64, {"FP64", 8}}, {DType::Float16, {"FP16", 2}},
-      {DType::BFloat16, {"BF16", 2}}, {DType::Int64, {"INT64", 8}}, {DType::Int32, {"INT32", 4}},
-      {DType::Int16, {"INT16", 2}},   {DType::Int8, {"INT8", 1}},   {DType::UInt8, {"UINT8", 1}},
-      {DType::Bool, {"BOOL", 1}}};
+  static const std::map<DType, const char*> m = {
+      {DType::Float32, "FP32"}, {DType::Float64, "FP64"}, {DType::Float16, "FP16"}, {DType::BFloat16, "BF16"},
+      {DType::Int64, "INT64"},  {DType::Int32, "INT32"},  {DType::Int16, "INT16"},  {DType::Int8, "INT8"},
+      {DType::UInt8, "UINT8"},  {DType::Bool, "BOOL"}};
   return m;
 }
 }  // namespace
 
-const char* datatype_name(pt2rt::DType d) { return datatypes().at(d).first; }
-size_t itemsize(pt2rt::DType d) { return datatypes().at(d).second; }
+const char* datatype_name(pt2rt::DType d) { return datatypes().at(d); }
 
 RequestInputs::RequestInputs(const pt2rt::Spec& spec, size_t max_bytes)
     : spec_(spec), max_bytes_(max_bytes), tensors_(spec.inputs.size()) {}
@@ -109,7 +107,7 @@ RequestInputs::Slot RequestInputs::check(const std::string& name, const std::str
   }
   slot.shape = shape;
   slot.count = 1;
-  const size_t limit = max_bytes_ / itemsize(slot.dtype);
+  const size_t limit = max_bytes_ / pt2rt::dtype_size(slot.dtype);
   size_t span = 1;  // the dims' product with zeros as ones: an empty tensor's other dims are bounded too
   for (const int64_t d : shape) {
     if (d < 0) throw BadRequest("input '" + name + "': negative dim in its shape");
@@ -121,7 +119,7 @@ RequestInputs::Slot RequestInputs::check(const std::string& name, const std::str
     span *= static_cast<size_t>(std::max<int64_t>(d, 1));
     slot.count *= static_cast<size_t>(d);
   }
-  slot.bytes = slot.count * itemsize(slot.dtype);
+  slot.bytes = slot.count * pt2rt::dtype_size(slot.dtype);
   return slot;
 }
 

@@ -61,9 +61,8 @@ std::string clip(std::string_view text, size_t max = kMaxErrorBytes);
 // scan that tracks strings only; malformed text is left to the parser.
 void check_json_depth(const char* begin, const char* end, size_t max_depth = kMaxJsonDepth);
 
-// The protocol's datatype names ("FP32", ...) and sizes.
+// The protocol's datatype names ("FP32", ...); their sizes are pt2rt::dtype_size's.
 const char* datatype_name(pt2rt::DType d);
-size_t itemsize(pt2rt::DType d);
 
 // A request's inputs, checked against the spec as they come - the name known and given once, the datatype the
 // model's, the shape's bytes within `max_bytes` (overflow included) - then handed over in the spec's order. Both

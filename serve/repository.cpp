@@ -9,6 +9,9 @@
 #include <iterator>
 #include <mutex>
 #include <set>
+#include <thread>
+
+#include <sched.h>
 
 #include <nlohmann/json.hpp>
 
@@ -59,6 +62,8 @@ ModelConfig read_config(const std::string& path) {
       c.instance_count = static_cast<int>(integer(v, "instance_count", 1, kMaxInstances));
     } else if (key == "max_queue") {
       c.max_queue = static_cast<size_t>(integer(v, "max_queue", 1, kMaxQueue));
+    } else if (key == "intra_op_threads") {
+      c.intra_op_threads = static_cast<int>(integer(v, "intra_op_threads", 1, pt2rt::kMaxIntraOpThreads));
     } else if (key == "ops_libraries") {
       if (!v.is_array()) throw std::runtime_error(path + ": ops_libraries must be a list of paths");
       for (const auto& p : v) {
@@ -86,21 +91,16 @@ ModelConfig read_config(const std::string& path) {
       }
     } else {
       throw std::runtime_error(path + ": unknown key " + key +
-                               " (expected max_batch_size, dynamic_batching, instance_count, max_queue, ops_libraries)");
+                               " (expected max_batch_size, dynamic_batching, instance_count, intra_op_threads, "
+                               "max_queue, ops_libraries)");
     }
   }
   return c;
 }
 
 namespace {
-std::vector<ModelPtr> load_model_dir(const fs::path& m) {
-  ModelConfig config;
-  std::string config_error;
-  try {
-    config = read_config((m / "config.json").string());
-  } catch (const std::exception& e) {
-    config_error = e.what();
-  }
+// A model folder's <version>/model.pt2, by version number.
+std::vector<std::pair<long, fs::path>> version_folders(const fs::path& m) {
   std::vector<std::pair<long, fs::path>> versions;
   for (const auto& e : fs::directory_iterator(m)) {
     const std::string v = e.path().filename().string();
@@ -110,6 +110,19 @@ std::vector<ModelPtr> load_model_dir(const fs::path& m) {
     }
   }
   std::sort(versions.begin(), versions.end());
+  return versions;
+}
+
+std::vector<ModelPtr> load_model_dir(const fs::path& m, int default_threads) {
+  ModelConfig config;
+  std::string config_error;
+  try {
+    config = read_config((m / "config.json").string());
+  } catch (const std::exception& e) {
+    config_error = e.what();
+  }
+  if (config.intra_op_threads == 0) config.intra_op_threads = default_threads;
+  const auto versions = version_folders(m);
   if (versions.empty()) {
     log("warning", "no <version>/model.pt2 in this model folder; skipped", {{"model", m.filename().string()}});
   }
@@ -121,6 +134,8 @@ std::vector<ModelPtr> load_model_dir(const fs::path& m) {
     if (model->ready()) {
       log("info", "model loaded", {{"model", model->name()}, {"version", model->version()},
                                    {"variant", model->variant()}, {"batching", model->batching() ? "on" : "off"},
+                                   {"instances", std::to_string(model->config().instance_count)},
+                                   {"intra_op_threads", std::to_string(model->intra_op_threads())},
                                    {"max_batch_size", std::to_string(model->max_batch_size())},
                                    {"seconds", std::to_string(std::chrono::duration<double>(
                                                    std::chrono::steady_clock::now() - start).count())}});
@@ -186,11 +201,37 @@ std::string folder_state(const fs::path& m) {
   for (const auto& v : versions) add(m / v / "model.pt2", v);
   return state;
 }
+// The cores this process may use (taskset, a container's cpuset).
+int usable_cores() {
+  cpu_set_t allowed;
+  return sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed)
+                                                             : static_cast<int>(std::thread::hardware_concurrency());
+}
 }  // namespace
 
-Registry::Registry(std::string dir, std::vector<ModelPtr> models, ModelControl control)
-    : dir_(std::move(dir)), control_(control) {
-  for (auto& m : models) by_name_[m->name()][std::stol(m->version())] = m;
+int threads_per_instance(const std::string& dir) {
+  int64_t instances = 0;
+  try {
+    for (const auto& m : model_folders(dir)) {
+      int per_version = 1;
+      try {
+        per_version = read_config((m / "config.json").string()).instance_count;
+      } catch (const std::exception&) {  // that model will not load: it counts as one
+      }
+      instances += per_version * static_cast<int64_t>(version_folders(m).size());
+    }
+  } catch (const std::exception&) {  // an unreadable repository loads nothing either
+  }
+  return std::max<int>(1, usable_cores() / static_cast<int>(std::max<int64_t>(instances, 1)));
+}
+
+Registry::Registry(std::string dir, ModelControl control) : dir_(std::move(dir)), control_(control) {
+  if (control_ != ModelControl::Poll) {
+    for (auto& m : load_repository(dir_)) by_name_[m->name()][std::stol(m->version())] = m;
+    return;
+  }
+  if (!fs::is_directory(dir_)) throw std::runtime_error("model repository " + dir_ + " is not a directory");
+  poll();  // loads every model
 }
 
 ModelPtr Registry::find(const std::string& name, const std::string& version, bool need_ready) const {
@@ -288,7 +329,7 @@ void Registry::load(const std::string& name, const std::vector<std::string>& par
 bool Registry::load_folder(const std::string& name) {
   const fs::path folder = fs::path(dir_) / name;
   if (!fs::is_directory(folder)) throw NotFound("the model repository has no folder '" + name + "'");
-  std::vector<ModelPtr> loaded = load_model_dir(folder);
+  std::vector<ModelPtr> loaded = load_model_dir(folder, threads_per_instance(dir_));
   std::map<long, ModelPtr> versions;
   std::string errors;
   bool any_ready = false, all_ready = true;
@@ -392,11 +433,35 @@ void Registry::poll() {
   }
 }
 
+void Registry::poll_every(double seconds) {
+  if (poller_.joinable()) return;
+  poller_ = std::thread([this, seconds] {
+    std::unique_lock<std::mutex> lock(poller_mu_);
+    while (!poller_cv_.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return poller_stop_; })) {
+      lock.unlock();
+      poll();
+      lock.lock();
+    }
+  });
+}
+
+void Registry::stop_polling() {
+  {
+    std::lock_guard<std::mutex> lock(poller_mu_);
+    poller_stop_ = true;
+  }
+  poller_cv_.notify_all();
+  if (poller_.joinable()) poller_.join();
+}
+
+Registry::~Registry() { stop_polling(); }
+
 std::vector<ModelPtr> load_repository(const std::string& dir) {
   if (!fs::is_directory(dir)) throw std::runtime_error("model repository " + dir + " is not a directory");
+  const int threads = threads_per_instance(dir);
   std::vector<ModelPtr> models;
   for (const auto& m : model_folders(dir)) {
-    for (auto& model : load_model_dir(m)) models.push_back(std::move(model));
+    for (auto& model : load_model_dir(m, threads)) models.push_back(std::move(model));
   }
   return models;
 }

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "model.h"
@@ -16,6 +18,12 @@ namespace pt2serve {
 // Reads DIR/<model>/config.json (absent: defaults); a malformed one throws std::runtime_error naming the key.
 ModelConfig read_config(const std::string& path);
 
+// Each model instance's share of the cores, the intra-op threads of a model whose config.json sets none: the cores
+// this process may use / the instances the repository holds (instance_count x versions of every model folder), at
+// least 1 - so that instances running at once do not oversubscribe the machine. A model loads with the share of
+// the repository as it is then; models loaded earlier keep theirs.
+int threads_per_instance(const std::string& dir);
+
 // The loaded repository, looked up by name and version (the highest version when none is named). Lookups hand out
 // shared pointers: a request keeps the model it found until it is done, so load() and unload() can replace or
 // remove a model while requests run on it (the old one is freed, and its queue finished, by the last of them).
@@ -23,10 +31,16 @@ ModelConfig read_config(const std::string& path);
 // through the repository extension), poll (poll() follows the repository folder; load() and unload() refused).
 enum class ModelControl { None, Explicit, Poll };
 
+// Every <model>/<version>/model.pt2 under `dir`, loaded (a model that fails to load is kept, not ready, with its
+// error). Ordered by name, then version as a number. Folders whose names start with '.' are not models.
+std::vector<ModelPtr> load_repository(const std::string& dir);
+
 class Registry {
  public:
-  // load() and unload() run in explicit mode only; otherwise they throw BadRequest saying why.
-  Registry(std::string dir, std::vector<ModelPtr> models, ModelControl control = ModelControl::None);
+  // Loads the repository: every model folder (load_repository), or in poll mode the first poll. Throws
+  // std::runtime_error when `dir` is not a directory. load() and unload() run in explicit mode only; otherwise they
+  // throw BadRequest saying why.
+  Registry(std::string dir, ModelControl control = ModelControl::None);
   ModelPtr find(const std::string& name, const std::string& version, bool need_ready) const;
   std::vector<std::string> versions(const std::string& name) const;
   std::vector<ModelPtr> models() const;  // a snapshot
@@ -51,6 +65,11 @@ class Registry {
   // kMaxRetrySeconds): the cause can lie outside it (an ops library deployed later, a full disk).
   void poll();
   static constexpr int kMaxRetrySeconds = 300;
+  // Poll mode: poll() every `seconds` on a thread of the registry's until stop_polling() (or destruction); a poll
+  // in progress finishes its load first.
+  void poll_every(double seconds);
+  void stop_polling();
+  ~Registry();
 
  private:
   void check_model_control() const;
@@ -68,10 +87,11 @@ class Registry {
     std::chrono::steady_clock::time_point retry_at;
   };
   std::map<std::string, Polled> polled_;  // by model folder
+  std::mutex poller_mu_;
+  std::condition_variable poller_cv_;
+  bool poller_stop_ = false;
+  std::thread poller_;
 };
 
-// Every <model>/<version>/model.pt2 under `dir`, loaded (a model that fails to load is kept, not ready, with its
-// error). Ordered by name, then version as a number. Folders whose names start with '.' are not models.
-std::vector<ModelPtr> load_repository(const std::string& dir);
 
 }  // namespace pt2serve

@@ -448,15 +448,36 @@ def test_deploy_files_use_flags_pt2serve_has():
 
     root = Path(__file__).resolve().parents[2] / "deploy"
     help_text = subprocess.run([str(pt2serve_path()), "--help"], capture_output=True, text=True, check=True).stdout
-    args = []
+    args, formats, runtimes = [], [], {}
     for path in sorted(root.rglob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             spec = doc["spec"]
-            pod = spec["predictor"] if doc["kind"] == "InferenceService" else spec.get("template", {}).get("spec", {})
+            if doc["kind"] == "InferenceService":
+                pod = spec["predictor"]
+                if "model" in pod:
+                    formats.append(pod["model"]["modelFormat"]["name"])
+            elif doc["kind"] in ("ServingRuntime", "ClusterServingRuntime"):
+                pod = spec
+                runtimes[doc["metadata"]["name"]] = spec
+            else:
+                pod = spec.get("template", {}).get("spec", {})
             for c in pod.get("containers", []):
                 args += c["args"]
                 if "readinessProbe" in c:
                     assert c["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+                # every port the container declares is one pt2serve is told to listen on
+                told = {int(c["args"][c["args"].index(f) + 1]) for f in ("--http-port", "--grpc-port")
+                        if f in c["args"]}
+                for port in c.get("ports", []):
+                    assert port["containerPort"] in told, (path, c["args"], port)
+    # KServe's usual way: a runtime for the pt2 format, both protocol versions, the repository where KServe's
+    # storage initializer puts a storageUri's contents; every InferenceService that names a format names that one
+    runtime = runtimes["kserve-pt2serve"]
+    assert [f["name"] for f in runtime["supportedModelFormats"]] == ["pt2"]
+    assert set(runtime["protocolVersions"]) == {"v2", "grpc-v2"}
+    runtime_args = runtime["containers"][0]["args"]
+    assert runtime_args[runtime_args.index("--model-repository") + 1] == "/mnt/models"
+    assert formats and set(formats) == {"pt2"}
     docker = (root / "Dockerfile").read_text()
     for line in docker.splitlines():
         if line.startswith(("ENTRYPOINT", "CMD")):
@@ -1326,7 +1347,8 @@ def test_a_thousand_slow_clients_do_not_keep_a_good_one_out(server):
 
 
 @pytest.mark.parametrize("config, message", [
-    ({"instance_count": 4294967297}, "instance_count must be an integer from 1 to 256, got 4294967297"),
+    ({"instance_count": 4294967297}, "instance_count must be an integer from 1 to 1024, got 4294967297"),
+    ({"intra_op_threads": 0}, "intra_op_threads must be an integer from 1 to 1024, got 0"),
     ({"dynamic_batching": {"max_queue_delay_microseconds": 10**13}},
      "dynamic_batching.max_queue_delay_microseconds must be an integer from 0 to 60000000"),
     ({"max_batch_size": -1}, "max_batch_size must be an integer from 0 to 1048576"),
@@ -1347,6 +1369,44 @@ def test_config_values_out_of_range_or_files_that_are_not_files_are_refused(expo
     try:
         index = {m["name"]: m for m in s.client.get_model_repository_index()}
         assert index["m"]["state"] == "UNAVAILABLE" and message in index["m"]["reason"], index
+    finally:
+        assert s.stop() == 0
+
+
+def test_each_model_runs_on_its_share_of_the_cores_or_the_threads_its_config_sets(exported, tmp_path):
+    """Instances running at once must not oversubscribe the machine: a model whose config.json sets no
+    intra_op_threads gets the cores / the instances of the repository (instance_count x versions, summed), at
+    least 1; one that sets them gets those. /metrics and the load log say what each runs with."""
+    cores = len(os.sched_getaffinity(0))
+
+    def serve(name: str, models: dict) -> Serving:
+        repo = tmp_path / name
+        for model, (versions, config) in models.items():
+            for v in range(1, versions + 1):
+                (repo / model / str(v)).mkdir(parents=True)
+                os.link(exported("op_static")[0], repo / model / str(v) / "model.pt2")
+            (repo / model / "config.json").write_text(json.dumps(config))
+        return Serving(repo)
+
+    # one model, two instances: half the cores each
+    s = serve("alone", {"pair": (1, {"instance_count": 2})})
+    try:
+        assert _metric(s, "pt2serve_intra_op_threads", "pair") == max(1, cores // 2)
+    finally:
+        assert s.stop() == 0
+    # 2 x 2 versions + 1 + 1 (set: its own 3) = 6 instances
+    s = serve("mixed", {"shared": (2, {"instance_count": 2}), "other": (1, {}), "set": (1, {"intra_op_threads": 3})})
+    try:
+        share = max(1, cores // 6)
+        assert _metric(s, "pt2serve_intra_op_threads", "shared") == share
+        assert _metric(s, "pt2serve_intra_op_threads", "other") == share
+        assert _metric(s, "pt2serve_intra_op_threads", "set") == 3
+        loaded = [e for e in map(json.loads, s.log.read_text().splitlines()) if e["msg"] == "model loaded"]
+        shared = [e for e in loaded if e["model"] == "shared"]
+        assert len(shared) == 2 and all(e["intra_op_threads"] == str(share) and e["instances"] == "2" for e in shared)
+        x = np.random.default_rng(3).standard_normal((2, 3, 16, 16)).astype(np.float32)
+        for name in ("shared", "set"):
+            np.testing.assert_allclose(infer(s.client, name, x), infer(s.client, "other", x), rtol=1e-6)
     finally:
         assert s.stop() == 0
 

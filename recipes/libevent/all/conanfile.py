@@ -11,7 +11,7 @@ required_conan_version = ">=2.0"
 class LibeventConan(ConanFile):
     """libevent 2.1 (event loop, evhttp, pthreads and OpenSSL bufferevents) under ConanCenter's names
     (find_package(Libevent), libevent::core, ::extra, ::pthreads, ::openssl), repackaged from Debian's libevent-dev:
-    nothing is built, Debian keeps it patched. pt2serve's HTTP front (serve/http_service.cpp)."""
+    nothing is built, Debian keeps it patched. pt2serve's HTTP front (serve/http_server.cpp)."""
 
     name = "libevent"
     license = "BSD-3-Clause"
