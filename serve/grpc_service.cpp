@@ -127,16 +127,21 @@ class Service final : public inference::GRPCInferenceService::Service {
       throw;
     }
     const auto outputs = m.infer(std::move(request.inputs));
-    r->set_model_name(m.name());
-    r->set_model_version(m.version());
-    r->set_id(q.id());
-    for (const size_t i : request.outputs) {
-      const auto& t = outputs[i];
-      auto* out = r->add_outputs();
-      out->set_name(spec.outputs[i].name);
-      out->set_datatype(datatype_name(t.dtype()));
-      for (const auto d : t.shape()) out->add_shape(d);
-      r->add_raw_output_contents(static_cast<const char*>(t.data()), t.nbytes());
+    try {
+      r->set_model_name(m.name());
+      r->set_model_version(m.version());
+      r->set_id(q.id());
+      for (const size_t i : request.outputs) {
+        const auto& t = outputs[i];
+        auto* out = r->add_outputs();
+        out->set_name(spec.outputs[i].name);
+        out->set_datatype(datatype_name(t.dtype()));
+        for (const auto d : t.shape()) out->add_shape(d);
+        r->add_raw_output_contents(static_cast<const char*>(t.data()), t.nbytes());
+      }
+    } catch (...) {
+      m.count_unanswered_request();
+      throw;
     }
   }
 

@@ -127,6 +127,7 @@ json repository_body(const std::string_view text, const char* what, std::vector<
 struct LoopState {
   Route route;
   std::optional<HttpInferRequest> parsed;  // an inference the loop parsed already (its body then drained)
+  ModelPtr model;                          // the model it was parsed for
 };
 
 HttpInferRequest parse_infer(Model& m, HttpRequest& r, size_t max_request_bytes) {
@@ -250,6 +251,7 @@ HttpApi::Handling HttpApi::loop_inference(HttpRequest& r, const Route& route, Ht
   auto& state = *std::static_pointer_cast<LoopState>(r.handler_state);
   try {
     state.parsed = parse_infer(*m, r, max_request_bytes_);
+    state.model = m;
     const auto asked = std::make_shared<HttpInferRequest>();  // what the answer needs of the request
     asked->outputs = state.parsed->outputs;
     asked->id = state.parsed->id;
@@ -308,11 +310,17 @@ HttpResponse HttpApi::respond_to(HttpRequest& r, const Route& route) {
       return empty_response();
     }
     case Endpoint::ModelInfer: {
-      const ModelPtr m = registry_.find(route.model, route.version, true);
+      const auto start = std::chrono::steady_clock::now();
       const auto state = std::static_pointer_cast<LoopState>(r.handler_state);
-      HttpInferRequest parsed = state && state->parsed ? std::move(*state->parsed) : parse_infer(*m, r, max_request_bytes_);
+      const bool parsed_on_loop = state && state->parsed;
+      // a request the loop parsed runs on the model it was parsed for, whatever was loaded since
+      const ModelPtr m = parsed_on_loop ? state->model : registry_.find(route.model, route.version, true);
+      HttpInferRequest parsed = parsed_on_loop ? std::move(*state->parsed) : parse_infer(*m, r, max_request_bytes_);
       const auto outputs = m->infer(std::move(parsed.inputs));
-      return infer_response(*m, parsed, outputs);
+      HttpResponse res = infer_response(*m, parsed, outputs);
+      m->note_http_request_time(static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count()));
+      return res;
     }
     case Endpoint::RepositoryIndex: {
       const json body = repository_body(read_body(r, max_request_bytes_).view(), "repository index");

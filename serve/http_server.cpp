@@ -329,11 +329,10 @@ struct HttpServer::Impl {
   }
 
   Reply defer(evhttp_request* req) {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      ++deferred;
-    }
-    return Reply(std::make_shared<Reply::State>(this, req));
+    Reply reply(std::make_shared<Reply::State>(this, req));  // counted once it exists: its end uncounts it
+    std::lock_guard<std::mutex> lock(mu);
+    ++deferred;
+    return reply;
   }
 
   // A deferred request's answer (any thread), or its Reply dropped unanswered (the request went to a worker).

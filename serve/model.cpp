@@ -137,17 +137,18 @@ std::vector<pt2rt::Tensor> Model::infer(std::vector<pt2rt::Tensor> inputs) {
   }
 }
 
-// A request that runs alone, on the caller's thread (the runtime validates it); its time smoothed.
+// A request that runs alone, on the caller's thread (the runtime validates it).
 std::vector<pt2rt::Tensor> Model::run_alone(const std::vector<pt2rt::Tensor>& inputs) {
-  const auto start = std::chrono::steady_clock::now();
   const int64_t rows = !inputs.empty() && !inputs[0].shape().empty() ? inputs[0].shape()[0] : 0;
   std::vector<pt2rt::TensorView> views;
   for (const auto& t : inputs) views.push_back(t.view());
-  auto outputs = run_timed(views, rows);
-  const uint64_t took = since_ns(start), before = stats_.recent_request_ns.load(std::memory_order_relaxed);
-  stats_.recent_request_ns.store(before == 0 ? took : (before * 3 + took) / 4,
+  return run_timed(views, rows);
+}
+
+void Model::note_http_request_time(uint64_t ns) {
+  const uint64_t before = stats_.recent_request_ns.load(std::memory_order_relaxed);
+  stats_.recent_request_ns.store(before == 0 ? ns : (before * 3 + ns) / 4,
                                  std::memory_order_relaxed);  // races lose a sample
-  return outputs;
 }
 
 bool Model::submit(std::vector<pt2rt::Tensor>& inputs, Completion done) {

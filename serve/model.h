@@ -44,7 +44,8 @@ struct ModelConfig {
 struct Stats {
   std::atomic<uint64_t> requests{0}, failures{0}, batches{0}, batch_rows{0};
   std::atomic<uint64_t> queue_ns{0}, compute_ns{0};
-  // an unbatched request's time in infer(), smoothed (0: none yet): the HTTP front's choice to run one inline
+  // an HTTP inference's time from parse to answer, smoothed (0: none yet): the HTTP front's choice to run one
+  // inline (a small model with a large answer is not quick)
   std::atomic<uint64_t> recent_request_ns{0};
   static constexpr int kBuckets = 8;  // batch rows <= 1, 2, 4, 8, 16, 32, 64, more
   std::atomic<uint64_t> batch_size_counts[kBuckets] = {};
@@ -90,6 +91,8 @@ class Model {
   void count_unreadable_request();
   // A request that ran, but whose answer could not be made: a failure.
   void count_unanswered_request();
+  // The HTTP front's measure of an inference it answered, parse to answer, smoothed into recent_request_ns.
+  void note_http_request_time(uint64_t ns);
   // Stops taking requests and finishes the queued ones.
   void drain();
   // The server is stopping: from now on a batch runs as soon as a worker takes it, with the rows it has (requests

@@ -19,7 +19,8 @@ namespace pt2serve {
 ModelConfig read_config(const std::string& path);
 
 // Each model instance's share of the cores, the intra-op threads of a model whose config.json sets none: the cores
-// this process may use / the instances the repository holds (instance_count x versions of every model folder), at
+// this process may use (OMP_NUM_THREADS where set, else its CPU affinity within its cgroup's CPU quota) / the
+// instances the repository holds (instance_count x versions of every model folder), at
 // least 1 - so that instances running at once do not oversubscribe the machine. A model loads with the share of
 // the repository as it is then; models loaded earlier keep theirs.
 int threads_per_instance(const std::string& dir);

@@ -24,6 +24,9 @@ void detail::apply_num_threads() {
   const int setting = g_threads_setting.load(std::memory_order_acquire);
   if (applied == setting) return;
   applied = setting;
+  // torch's own once-per-thread setup first (get_num_threads runs it): else the first parallel op of this thread's
+  // first run would run it inside the run and undo a runtime's intra_op_threads for the rest of that run
+  at::get_num_threads();
   at::init_num_threads();  // this thread's OpenMP and MKL threads := torch's setting (its default when none was set)
 }
 

@@ -776,6 +776,12 @@ def test_tls_and_mutual_tls_on_both_transports(exported, tmp_path):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert "cannot use the TLS certificate and key" in result.stderr and "other.pem" in result.stderr
+    # a damaged certificate after the server's in its chain file: refused, not served with half a chain
+    damaged = tmp_path / "damaged_chain.pem"
+    damaged.write_text(certs["server.pem"].read_text() + "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")
+    result = subprocess.run([str(pt2serve_path()), "--model-repository", str(repo), "--tls-cert", str(damaged),
+                             "--tls-key", str(certs["server.key"])], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "cannot use the TLS certificate (chain)" in result.stderr, result.stderr
     result = subprocess.run([str(pt2serve_path()), "--model-repository", str(repo), "--tls-cert",
                              str(certs["server.pem"])], capture_output=True, text=True, timeout=120)
     assert result.returncode != 0 and "--tls-cert requires --tls-key" in result.stderr
@@ -1375,27 +1381,41 @@ def test_config_values_out_of_range_or_files_that_are_not_files_are_refused(expo
 
 def test_each_model_runs_on_its_share_of_the_cores_or_the_threads_its_config_sets(exported, tmp_path):
     """Instances running at once must not oversubscribe the machine: a model whose config.json sets no
-    intra_op_threads gets the cores / the instances of the repository (instance_count x versions, summed), at
-    least 1; one that sets them gets those. /metrics and the load log say what each runs with."""
+    intra_op_threads gets the cores (OMP_NUM_THREADS where set) / the instances of the repository (instance_count x
+    versions, summed), at least 1; one that sets them gets those. /metrics and the load log say what each runs
+    with."""
     cores = len(os.sched_getaffinity(0))
+    for quota_file, period_file in (("cpu.max", None), ("cpu/cpu.cfs_quota_us", "cpu/cpu.cfs_period_us")):
+        try:  # a container's CPU limit caps the cores as well
+            words = (Path("/sys/fs/cgroup") / quota_file).read_text().split()
+            quota, period = words[0], words[1] if period_file is None else \
+                (Path("/sys/fs/cgroup") / period_file).read_text().split()[0]
+        except (OSError, IndexError):
+            continue
+        if quota not in ("max", "-1"):
+            cores = min(cores, -(-int(quota) // int(period)))
+        break
 
-    def serve(name: str, models: dict) -> Serving:
+    def serve(name: str, models: dict, env=None) -> Serving:
         repo = tmp_path / name
         for model, (versions, config) in models.items():
             for v in range(1, versions + 1):
                 (repo / model / str(v)).mkdir(parents=True)
                 os.link(exported("op_static")[0], repo / model / str(v) / "model.pt2")
             (repo / model / "config.json").write_text(json.dumps(config))
-        return Serving(repo)
+        return Serving(repo, env=env)
 
-    # one model, two instances: half the cores each
-    s = serve("alone", {"pair": (1, {"instance_count": 2})})
-    try:
-        assert _metric(s, "pt2serve_intra_op_threads", "pair") == max(1, cores // 2)
-    finally:
-        assert s.stop() == 0
+    # one model, two instances: half the cores each; half of OMP_NUM_THREADS where the operator set it
+    plain = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    for name, env, expected in (("alone", plain, max(1, cores // 2)), ("omp", dict(plain, OMP_NUM_THREADS="6"), 3)):
+        s = serve(name, {"pair": (1, {"instance_count": 2})}, env)
+        try:
+            assert _metric(s, "pt2serve_intra_op_threads", "pair") == expected, name
+        finally:
+            assert s.stop() == 0
     # 2 x 2 versions + 1 + 1 (set: its own 3) = 6 instances
-    s = serve("mixed", {"shared": (2, {"instance_count": 2}), "other": (1, {}), "set": (1, {"intra_op_threads": 3})})
+    s = serve("mixed", {"shared": (2, {"instance_count": 2}), "other": (1, {}), "set": (1, {"intra_op_threads": 3})},
+              plain)
     try:
         share = max(1, cores // 6)
         assert _metric(s, "pt2serve_intra_op_threads", "shared") == share
