@@ -193,9 +193,22 @@ void check_record_sizes(const std::vector<char>& bytes) {
     --end;
   } while (end > lowest && u32(end) != 0x06054b50);
   if (u32(end) != 0x06054b50) return;
-  const size_t entries = u16(end + 10), size = u32(end + 12), offset = u32(end + 16);
-  if (size == 0xffffffff || offset == 0xffffffff || entries == 0xffff) return;  // zip64: torch's reader checks it
+  uint64_t entries = u16(end + 10), size = u32(end + 12), offset = u32(end + 16);
+  if (size == 0xffffffff || offset == 0xffffffff || entries == 0xffff) {
+    // zip64: the directory's place and size are in the zip64 end record, which its locator (just before the end
+    // record) points to - torch's reader follows them, so they are checked here too
+    const size_t locator = end >= 20 ? end - 20 : 0;
+    if (end < 20 || u32(locator) != 0x07064b50) return;  // none: torch's reader takes the end record as it is
+    const uint64_t record = u64(locator + 8);
+    if (record > n || n - record < 56 || u32(static_cast<size_t>(record)) != 0x06064b50) {
+      throw DamagedFile("a damaged zip64 end record");
+    }
+    entries = u64(static_cast<size_t>(record) + 32);
+    size = u64(static_cast<size_t>(record) + 40);
+    offset = u64(static_cast<size_t>(record) + 48);
+  }
   if (offset > n || size > n - offset) throw DamagedFile("the zip directory reaches past the end of the file");
+  if (entries > size / 46) throw DamagedFile("the zip directory claims more entries than it holds");
   size_t at = offset;
   for (size_t i = 0; i < entries; ++i) {
     if (at + 46 > offset + size || u32(at) != 0x02014b50) throw DamagedFile("a damaged zip directory entry");
