@@ -11,9 +11,10 @@ from . import _version
 __version__ = _version.read()
 
 _LAZY = {
-    "export_package": ".export", "compare_package": ".package", "load_package": ".package", "read_golden": ".package",
+    "export_package": ".export", "export_program": ".export", "compare_package": ".package", "load_package": ".package", "read_golden": ".package",
     "read_spec": ".package", "verify_package": ".package", "load_ops_library": ".libraries",
     "ExportError": ".errors", "CpuVariantError": ".errors", "DynamicShapesError": ".errors", "OpsLibraryError": ".errors",
+    "ScaffoldError": ".errors", "TargetTorchError": ".errors",
 }
 
 __all__ = sorted(_LAZY)

@@ -36,7 +36,8 @@ def _dynamic_batch(text: str) -> tuple[int, int]:
 
 
 def _cpu_isa(text: str) -> list[str]:
-    from .cpu import CpuVariantError, parse_names
+    from .cpu import parse_names
+    from .errors import CpuVariantError
     try:
         return parse_names(text)
     except CpuVariantError as e:
@@ -44,7 +45,8 @@ def _cpu_isa(text: str) -> list[str]:
 
 
 def _targets(text: str) -> list[str]:
-    from .cpu import CpuVariantError, parse_targets
+    from .cpu import parse_targets
+    from .errors import CpuVariantError
     try:
         return parse_targets(text)
     except CpuVariantError as e:
@@ -60,8 +62,9 @@ def _golden_inputs(path: Path | None) -> list:
     except FileNotFoundError:
         raise UsageError(f"--golden-inputs {path}: no such file") from None
     except Exception as e:
+        from .errors import first_line
         raise UsageError(f"--golden-inputs {path}: not a file torch.load reads ({type(e).__name__}: "
-                         f"{str(e).splitlines()[0] if str(e) else ''})") from None
+                         f"{first_line(e)})") from None
     if not isinstance(cases, (list, tuple)):
         raise UsageError(f"--golden-inputs {path}: expected torch.save of a list of input tuples, got "
                          f"{type(cases).__name__}")
@@ -135,15 +138,15 @@ def _cmd_export(args) -> int:
 
 
 def _cmd_graph(args) -> int:
-    from .dynamic import DynamicShapesError, normalize
-    from .export import _export
+    from .dynamic import DynamicShapesError
+    from .export import export_program
     _load_ops_libraries(args)
     model, inputs = _load_factory(args.model)
     try:
-        dims = normalize(model, list(inputs), args.dynamic_batch, _dynamic_shapes(args, model, inputs))
+        ep = export_program(model, inputs, dynamic_batch=args.dynamic_batch,
+                            dynamic_shapes=_dynamic_shapes(args, model, inputs))
     except DynamicShapesError as e:
         raise UsageError(str(e)) from None
-    ep = _export(model.eval(), list(inputs), dims)
     print(ep.graph_module.print_readable(print_output=False) if args.readable else ep.graph)
     return EXIT_OK
 
@@ -250,7 +253,8 @@ def _cmd_compare(args) -> int:
 
 
 def _cmd_new_op(args) -> int:
-    from .scaffold import ScaffoldError, write_project
+    from .errors import ScaffoldError
+    from .scaffold import write_project
     try:
         files = write_project(args.name, args.out)
     except ScaffoldError as e:
@@ -261,11 +265,11 @@ def _cmd_new_op(args) -> int:
 
 
 def _cmd_fetch_target(args) -> int:
-    from .cpu import CpuVariantError
+    from .errors import CpuVariantError, TargetTorchError
     from .targets import fetch_target
     try:
         print(fetch_target(args.target, args.wheel))
-    except CpuVariantError as e:
+    except (CpuVariantError, TargetTorchError) as e:
         raise UsageError(str(e)) from None
     return EXIT_OK
 

@@ -22,11 +22,10 @@ import subprocess
 from dataclasses import dataclass
 from typing import Iterator
 
-import torch
 from torch._inductor import config as inductor_config
 from torch._inductor import cpp_builder, cpu_vec_isa
 
-from . import compat
+from . import compat, cross
 from .errors import CpuVariantError
 
 NATIVE = "native"
@@ -176,8 +175,6 @@ def compiling(name: str) -> Iterator[Variant]:
     if name == NATIVE:
         march, isa_list = compat.march(), None
     elif name == NEON:
-        from . import cross
-
         # inductor still runs the build machine's compiler on parts of the code: no -march for it
         march, isa_list = "", [_PortableNEON()]
         compiler = cross.toolchain("linux-aarch64").cxx

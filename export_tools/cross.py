@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import CpuVariantError
-from .package import model_dir
+from .layout import model_dir
 from .targets import target_torch
 
 MODEL_DIR = model_dir("model")  # an AOTInductor package of one model, as aoti_compile_and_package writes it
@@ -40,8 +40,8 @@ class Toolchain:
 
 
 def toolchain(target: str) -> Toolchain:
-    """The cross compiler and the target's libtorch, checked; a CpuVariantError says what is missing and how to
-    provide it."""
+    """The cross compiler and the target's libtorch, checked; a CpuVariantError (TargetTorchError for the libtorch)
+    says what is missing and how to provide it."""
     tc = compiler(target)
     return Toolchain(target=target, cxx=tc.cxx, objcopy=tc.objcopy, torch=target_torch(target))
 

@@ -15,6 +15,7 @@ import shutil
 import tempfile
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -24,15 +25,38 @@ from . import compat, cpu, dynamic, libraries, recurrent
 from . import golden as _golden
 from . import lite as _lite
 from ._version import read as _version
-from .errors import CpuVariantError, ExportError
-from .package import (GOLDEN_RECORD, MODELS_DIR, SPEC_FORMAT, SPEC_KEY, first_line as _first_line,
-                      flatten_outputs as _flatten_outputs, model_dir, verify_package)
+from .errors import CpuVariantError, ExportError, TargetTorchError, first_line
+from .layout import GOLDEN_RECORD, MODELS_DIR, SPEC_FORMAT, SPEC_KEY, model_dir
+from .package import flatten_outputs as _flatten_outputs, verify_package
 
 log = logging.getLogger("export_tools")
 
 DEVICES = ("cpu", "cuda")
 _BUILTIN_NAMESPACES = {"aten", "prims", "prim", "higher_order", "_c10d_functional", "c10d_functional", "quantized",
                        "_quantized", "mkldnn", "onednn", "_inductor_test", "inductor", "profiler"}
+
+
+@dataclass(frozen=True)
+class _GoldenPlan:
+    """What export_package was asked for its golden cases, checked."""
+    count: int                              # golden=
+    given: list[list[torch.Tensor]]         # golden_inputs=, each case a list
+    max_mb: float | None                    # golden_max_mb=
+    tolerances: dict[str, tuple] | None
+    allow_degenerate: bool
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What export_package was asked for, checked: everything the export needs besides the model and its inputs."""
+    path: Path
+    device: str
+    dims: Any                               # dynamic.normalize's (None: static)
+    variants: list[str]                     # cpu.plan's names, compiled in this order
+    metadata: dict[str, str] | None
+    golden: _GoldenPlan
+    optimize: str                           # OPTIMIZE's
+    lite: bool
 
 
 @contextlib.contextmanager
@@ -112,24 +136,26 @@ def export_package(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor
         raise ExportError(f"cpu_isa applies to CPU packages; this is a {device} package")
     if device != "cpu" and target is not None and cpu.parse_targets(target) != [cpu.host_target()]:
         raise ExportError(f"target applies to CPU packages; a {device} package runs where it was compiled")
+    plan = _Plan(path=path, device=device, dims=dims, variants=variant_names, metadata=metadata,
+                 golden=_GoldenPlan(count=golden, given=given, max_mb=golden_max_mb, tolerances=tolerances,
+                                    allow_degenerate=allow_degenerate_golden),
+                 optimize=optimize if device == "cpu" else "none", lite=lite)
     was_training = model.training
     try:
         with warnings.catch_warnings():
             # torch warning about its own internals on the way (pytree's LeafSpec): nothing the caller can act on
             warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
                                     category=FutureWarning)
-            return _export_checked(model, inputs, path, device, dims, golden, metadata, tolerances, variant_names,
-                                   allow_degenerate_golden, golden_max_mb, given,
-                                   optimize if device == "cpu" else "none", lite)
+            return _export_checked(model, inputs, plan)
     finally:
         model.train(was_training)  # the caller's module leaves as it came (eval() is in place)
 
 
-def _export_checked(model, inputs, path, device, dims, golden, metadata, tolerances, variant_names,
-                    allow_degenerate_golden, golden_max_mb, given, optimize, lite) -> Path:
+def _export_checked(model: torch.nn.Module, inputs: list[torch.Tensor], plan: _Plan) -> Path:
+    path, device, dims, golden = plan.path, plan.device, plan.dims, plan.golden
     model = model.eval().to(device)
     inputs = [t.to(device) for t in inputs]
-    given = [[t.to(device) for t in case] for case in given]
+    given = [[t.to(device) for t in case] for case in golden.given]
 
     with _stage("eager"):
         def run(args: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -138,43 +164,44 @@ def _export_checked(model, inputs, path, device, dims, golden, metadata, toleran
         try:
             expected = run(inputs)
         except Exception as e:
-            raise ExportError(f"the model fails on its example inputs: {_first_line(e)}") from e
+            raise ExportError(f"the model fails on its example inputs: {first_line(e)}") from e
 
     with _stage("export"):
         ep = _export(model, inputs, dims)
         if device == "cpu":
             ep = recurrent.fuse(ep)
         used = _custom_calls(ep)
-        lite_ops = _lite.refuse_unrunnable(used, ep) if lite else {}
-        spec = _spec(ep, path, device, dims, used, metadata, len(expected))
+        lite_ops = _lite.refuse_unrunnable(used, ep) if plan.lite else {}
+        spec = _spec(ep, path, device, dims, used, plan.metadata, len(expected))
         for op in spec["custom_ops"]:
             if op["name"] in lite_ops:
                 op["lite_library"] = lite_ops[op["name"]].library.name
 
     with _stage("golden cases"):
         # golden=1: the example alone; more: the corners of every dynamic range always, then cases between
-        sizes = dynamic.case_sizes(dynamic.roots(spec["inputs"], inputs), golden - 1) if golden > 1 else []
-        cap = None if golden_max_mb is None else int(golden_max_mb * (1 << 20))
+        sizes = (dynamic.case_sizes(dynamic.roots(spec["inputs"], inputs), golden.count - 1)
+                 if golden.count > 1 else [])
+        cap = None if golden.max_mb is None else int(golden.max_mb * (1 << 20))
         _check_given_shapes(given, spec["inputs"], inputs)
         try:
             cases, left_out = _golden.make_cases(run, inputs, spec["inputs"], sizes, max_bytes=cap, given=given)
         except Exception as e:
-            raise ExportError(f"the model fails on a golden case: {_first_line(e)}") from e
+            raise ExportError(f"the model fails on a golden case: {first_line(e)}") from e
         for name, size in left_out:
             log.warning("golden case %s (%.1f MiB) left out: the cases would pass golden_max_mb %g", name,
-                        size / (1 << 20), golden_max_mb)
+                        size / (1 << 20), golden.max_mb)
         if cap is not None and _golden.case_bytes(cases[0]) > cap:
             log.warning("the example alone is %.1f MiB, over golden_max_mb %g (kept)",
-                        _golden.case_bytes(cases[0]) / (1 << 20), golden_max_mb)
+                        _golden.case_bytes(cases[0]) / (1 << 20), golden.max_mb)
         degenerate = _golden.degenerate_outputs(cases)
-        if degenerate and not allow_degenerate_golden:
+        if degenerate and not golden.allow_degenerate:
             raise ExportError(f"the golden cases cannot check {next(iter(degenerate.values()))}: a wrong model "
                               f"would pass them; give example inputs that make it vary, or allow_degenerate_golden "
                               f"(--allow-degenerate-golden) to export anyway")
         for what in degenerate.values():
             log.warning("golden cases cannot check %s", what)
         spec["golden"] = {"location": "package", "record": GOLDEN_RECORD, "count": len(cases),
-                          "names": [c.name for c in cases], "tolerances": _tolerance_table(cases, tolerances)}
+                          "names": [c.name for c in cases], "tolerances": _tolerance_table(cases, golden.tolerances)}
         if degenerate:
             spec["golden"]["degenerate_outputs"] = sorted(degenerate)
         if left_out:
@@ -186,11 +213,11 @@ def _export_checked(model, inputs, path, device, dims, golden, metadata, toleran
         final = tmp / "final" / path.name   # same file name: the archive's root folder is named after it
         final.parent.mkdir()
         compiled = []
-        for name in variant_names:
+        for name in plan.variants:
             out = tmp / name / path.name
             out.parent.mkdir()
             with _stage(f"compile ({name})"):
-                compiled.append((_compile(ep, out, name, optimize, device), out))
+                compiled.append((_compile(ep, out, name, plan.optimize, device), out))
             from . import passes
             problem = _constants_problem(name, _library_bytes(out), weights_bytes(model),
                                          passes.last_constants if device == "cpu" else [])
@@ -198,14 +225,14 @@ def _export_checked(model, inputs, path, device, dims, golden, metadata, toleran
                 log.warning("%s", problem)
                 warnings.warn(problem, stacklevel=2)
         lite_compiled = []
-        for name in variant_names if lite else ():
+        for name in plan.variants if plan.lite else ():
             with _stage(f"compile ({name}, lite)"):
-                lite_compiled.append(_compile_lite(ep, tmp / f"{name}-lite" / path.name, name, optimize,
+                lite_compiled.append(_compile_lite(ep, tmp / f"{name}-lite" / path.name, name, plan.optimize,
                                                    tuple(lite_ops.values())))
         with _stage("package"):
             _finish_package(compiled, final, spec, _golden.dumps(cases), lite_compiled)
         with _stage("verify"):
-            report = verify_package(final, tolerances)
+            report = verify_package(final, golden.tolerances)
             foreign = [v["isa"] for v in spec["variants"] if v["arch"] != cpu.host_arch()]
             if foreign:
                 log.warning("variants %s are for another arch: not verified here; run `pt2run verify` on the target",
@@ -216,7 +243,7 @@ def _export_checked(model, inputs, path, device, dims, golden, metadata, toleran
                 raise ExportError(f"none of the package's CPU variants runs on this machine, so it cannot be verified "
                                   f"before it is written ({lacking}); add one that does, e.g. cpu_isa native")
             if lite_compiled:
-                report += _verify_lite(lite_compiled, cases, spec, tolerances, tuple(lite_ops.values()))
+                report += _verify_lite(lite_compiled, cases, spec, golden.tolerances, tuple(lite_ops.values()))
             failed = [r for r in report if not r["passed"]]
             if failed:
                 f = failed[0]
@@ -322,6 +349,20 @@ def _check_given_shapes(given: list[list[torch.Tensor]], spec_inputs: list[dict]
                                       f"{name} = {sizes[name]}")
 
 
+def export_program(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor], *,
+                   dynamic_batch: tuple[int, int] | None = None,
+                   dynamic_shapes: Any = None) -> torch.export.ExportedProgram:
+    """The program torch.export makes of `model` with export_package's dynamic dims and errors, before the passes
+    and the compile (what `export-tools graph` prints)."""
+    inputs = [example_inputs] if isinstance(example_inputs, torch.Tensor) else list(example_inputs)
+    dims = dynamic.normalize(model, inputs, dynamic_batch, dynamic_shapes)
+    was_training = model.training
+    try:
+        return _export(model.eval(), inputs, dims)
+    finally:
+        model.train(was_training)
+
+
 def _export(model, inputs, dims) -> torch.export.ExportedProgram:
     """torch.export with the dims of dynamic.normalize (None: static)."""
     try:
@@ -372,7 +413,7 @@ def _export_failure(err: Exception, dims, model: torch.nn.Module | None = None) 
                 f". Export with {' '.join(cli) or 'those dims'} (Python: {'; '.join(python)})")
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     reason = next((line[2:] for line in lines if line.startswith("- ")), "")  # the first violated constraint
-    detail = _first_line(err) + (f" {reason}" if reason else "")
+    detail = first_line(err) + (f" {reason}" if reason else "")
     return f"torch.export failed {what}: {detail}".replace("  ", " ")
 
 
@@ -616,10 +657,10 @@ def _compile(ep, out: Path, name: str, optimize: str, device: str) -> cpu.Varian
                                             "aot_inductor.precompile_headers": False}):
                     torch._inductor.aoti_compile_and_package(ep, package_path=str(sources))
                 cross.finish(sources, out, tc, variant.arch, variant.flags)
-    except CpuVariantError:  # the cross tools: its own message says what is missing
+    except (CpuVariantError, TargetTorchError):  # the cross tools: their own message says what is missing
         raise
     except Exception as e:
-        raise ExportError(f"aoti_compile_and_package failed for cpu_isa {name}: {_first_line(e)}") from e
+        raise ExportError(f"aoti_compile_and_package failed for cpu_isa {name}: {first_line(e)}") from e
     return variant
 
 
@@ -637,7 +678,7 @@ def _compile_lite(ep, out: Path, name: str, optimize: str, custom_ops: tuple[_li
                 _lite.compiling(custom_ops):
             torch._inductor.aoti_compile_and_package(ep, package_path=str(out))
     except Exception as e:
-        raise ExportError(f"aoti_compile_and_package failed for the lite {name} variant: {_first_line(e)}") from e
+        raise ExportError(f"aoti_compile_and_package failed for the lite {name} variant: {first_line(e)}") from e
     target = None if variant.arch == cpu.host_arch() else f"linux-{variant.arch}"
     return variant, _lite.library_from_cpp_package(out, target, tuple(variant.flags), custom_ops)
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .errors import first_line
+
 FORMAT = "pt2rt-golden/1"
 
 # (rtol, atol, atol_rel) per dtype. An output compares elementwise as |actual - expected| <= atol' + rtol*|expected|
@@ -202,8 +204,7 @@ def compare(actual: list[torch.Tensor], expected: list[torch.Tensor],
         try:
             torch.testing.assert_close(a, e, rtol=rtol, atol=atol, equal_nan=True)
         except AssertionError as err:
-            return False, max_abs, max_scaled, f"output {i}: " + (_nonfinite_only(a, e, rtol, atol) or
-                                                                   str(err).splitlines()[0])
+            return False, max_abs, max_scaled, f"output {i}: " + (_nonfinite_only(a, e, rtol, atol) or first_line(err))
     return True, max_abs, max_scaled, ""
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from .errors import OpsLibraryError
+from .errors import OpsLibraryError, first_line
 
 
 _REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -71,7 +71,7 @@ def load_ops_library(path: str | os.PathLike) -> Path:
         try:
             torch.ops.load_library(str(path))
         except OSError as e:
-            raise OpsLibraryError(f"could not load ops library {path}: {str(e).splitlines()[0]} "
+            raise OpsLibraryError(f"could not load ops library {path}: {first_line(e)} "
                                   f"(it must be built against this torch, {torch.__version__})") from None
         for ns in _namespaces() - before:
             _providers[ns] = path

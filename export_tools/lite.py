@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ExportError
+from .layout import model_dir
 
 PREFIX = "pt2rt_lite_"
 RECORD_DIR = "pt2rt/lite/"  # lite libraries, relative to the archive root (outside torch's model folders)
@@ -356,8 +357,6 @@ def library_from_cpp_package(cpp_package: Path, target: str | None = None, arch_
     """The lite library of a package_cpp_only compile of one model (for target: build_library's)."""
     import torch
     from torch.export.pt2_archive._package import PT2ArchiveReader
-
-    from .package import model_dir
 
     own = model_dir("model")
     with PT2ArchiveReader(str(cpp_package)) as reader:

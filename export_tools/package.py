@@ -1,14 +1,6 @@
-"""A package as a reader sees it: its layout (where the spec, the golden cases and each variant's model live), and
-reading, loading, verifying and comparing a package in Python. export.py writes packages; this module only reads
-them (the C++ reader is runtime/src/package.cpp).
-
-Layout of a package (a PT2 archive, every record under the archive's root folder):
-    data/aotinductor/<model>/         one folder per CPU variant ("model" for the first, AOTInductor's default name;
-                                      "<isa>_model" for the others), each with AOTInductor's records and library
-    data/aotinductor/<model>/*_metadata.json   AOTInductor's metadata, with the spec under SPEC_KEY in each
-    data/constants/, data/weights/    the constants and custom objects the variants share
-    GOLDEN_RECORD                     the golden cases
-"""
+"""A package as a reader sees it: reading, loading, verifying and comparing a package in Python (its layout:
+export_tools.layout). export.py writes packages; this module only reads them (the C++ reader is
+runtime/src/package.cpp)."""
 
 from __future__ import annotations
 
@@ -21,23 +13,8 @@ import torch
 
 from . import compat, cpu, libraries, recurrent
 from . import golden as _golden
-from .errors import ExportError
-
-SPEC_FORMAT = "pt2rt-spec/2"
-SPEC_KEY = "pt2rt_spec"                  # key of the spec in the AOTI metadata
-GOLDEN_RECORD = "pt2rt/golden.pt"        # golden cases, relative to the archive root
-MODELS_DIR = "data/aotinductor/"         # every variant's model folder is in here
-
-
-def model_dir(name: str) -> str:
-    """The folder of model `name` in the archive ("model": AOTInductor's own default)."""
-    return f"{MODELS_DIR}{name}/"
-
-
-def first_line(err: BaseException) -> str:
-    """An exception's message, first line only (its type's name when it has none)."""
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
+from .errors import ExportError, first_line
+from .layout import GOLDEN_RECORD, MODELS_DIR, SPEC_FORMAT, SPEC_KEY
 
 
 def flatten_outputs(out: Any) -> list[torch.Tensor]:
@@ -59,7 +36,7 @@ def read_spec(package_path: str | os.PathLike) -> dict[str, Any]:
         raise ExportError(f"{path} is not a file")
     try:
         with zipfile.ZipFile(path) as zf:
-            records = [n for n in zf.namelist() if "/data/aotinductor/" in n and n.endswith("_metadata.json")]
+            records = [n for n in zf.namelist() if f"/{MODELS_DIR}" in n and n.endswith("_metadata.json")]
             if not records:
                 raise ExportError(f"{path} is not an AOTInductor package (no model metadata inside)")
             md = json.loads(zf.read(sorted(records)[0]))

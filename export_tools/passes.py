@@ -1,30 +1,25 @@
-"""What export_tools adds to inductor's compile of a CPU package (docs/performance.md, "Against ONNX Runtime and
-OpenVINO"): matrix products rewritten where ATen's form of them is slow. `ProductRewrites` runs after freezing (which
-folds batch norms into the convolutions' biases) and rewrites
+"""What export_tools adds to inductor's compile of a CPU package; why each piece is there and what it gained, measured
+against the peers, is in docs/export.md and docs/performance.md.
+
+`ProductRewrites` runs after freezing (which folds batch norms into the convolutions' biases) and rewrites matrix
+products where ATen's form of them is slow:
 - `bmm(x, w)` with `w` one matrix for every batch entry (stride 0) as one `mm` of x's rows (copied into one matrix)
-  by `w[0]`, viewed back. A linear layer on a 3-D input whose rows are not one matrix in memory becomes that bmm - a
-  batch-first `nn.MultiheadAttention` transposes its input to (L, N, E) - so BERT-base at batch 8 ran 128 products
-  of 8 rows, 2x slower than eager: 1897 -> 946 ms on one thread; ViT-Tiny at batch 8 -14 %;
-- `addmm(b, x, w)` as `mm(x, w) + b`: ATen's addmm (a linear layer with a bias) first copies the bias broadcast over
-  the whole output, a strided copy (0.27 ms for a 56 x 56 x 72 output in MobileNetV3-Small), then multiplies;
+  by `w[0]`, viewed back: what a linear layer makes of a 3-D input whose rows are not one matrix in memory (a
+  batch-first `nn.MultiheadAttention` transposes its input to (L, N, E));
+- `addmm(b, x, w)` as `mm(x, w) + b`: ATen's addmm first copies the bias broadcast over the whole output;
 - a pointwise convolution (1x1, stride 1, no padding, ungrouped) `conv(x, w, b)` as `conv(x, w) + b`, which
-  inductor's `conv_1x1_as_mm` then lowers to a plain `mm` (on the channels-last layout it gives convolutions);
+  inductor's `conv_1x1_as_mm` then lowers to a plain `mm`;
 so the adds fuse into the kernel of whatever follows (an activation, a residual add, a layer norm). The same
-operations as eager up to float rounding, NaN and inf included. Measured (pt2run, batch 1, 1 / 2 threads,
-2026-12-03, Intel Xeon with AMX, 2 vCPUs): MobileNetV3-Small -9 % / -25 %, ViT-Tiny -4 % / -5 %, BERT-base -1 % /
--2 %, ResNet-18 (no 1x1 stride-1 convolutions) unchanged.
+operations as eager up to float rounding, NaN and inf included.
 
 `weight_packing(variant)`: oneDNN's packed weights (inductor's `cpp.weight_prepack`) for the depthwise convolutions,
 the small dense ones (a kernel larger than 1x1; ungrouped with at most PACK_MAX_POSITIONS output positions), the
 linear layers with a static row count and the LSTM layers, in the variants that only AVX-512 CPUs run, on an AVX-512
-build machine: ResNet-18 at batch 1 -10 to -18 %, MobileNetV3-Small -7 to -11 % (1 / 2 threads, Intel Xeon); on an
-AMD EPYC, where ATen's products run MKL's AVX2 code, BERT-base -20 to -30 %, ViT-Tiny -13 to -26 %, the LSTM -9 to
--17 % (Intel: within +-5 %). oneDNN lays the weights out for the CPU class it runs on; where the class at run time
-differs, each call falls back to a reference kernel (ResNet-18 packed on AVX-512 and run with oneDNN held to AVX2: 15x
-slower, and the reverse too), so the AVX2 and baseline variants stay unpacked. Not packed, because they lost here:
-1x1 convolutions (a product instead, above). `SharedWeightProducts` makes the bmm rewrite above before freezing, so
-those products are packed too. `KeepNonFinite` keeps the activations inductor would fuse into the packed calls out
-of them where oneDNN's form differs from eager's on NaN (ReLU, clamps, hardsigmoid: NaN -> 0).
+build machine. oneDNN lays the weights out for the CPU class it runs on and falls back to a reference kernel where
+the class at run time differs, so the AVX2 and baseline variants stay unpacked; 1x1 convolutions are products
+instead (above). `SharedWeightProducts` makes the bmm rewrite above before freezing, so those products are packed
+too. `KeepNonFinite` keeps the activations inductor would fuse into the packed calls out of them where oneDNN's form
+differs from eager's on NaN (ReLU, clamps, hardsigmoid: NaN -> 0).
 """
 
 from __future__ import annotations

@@ -24,7 +24,6 @@ from pathlib import Path
 import torch
 
 from . import libraries
-from .errors import OpsLibraryError
 
 aten = torch.ops.aten
 log = logging.getLogger("export_tools")

@@ -16,13 +16,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from .errors import ScaffoldError
+
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 # namespaces torch and the runtime own
 _RESERVED = {"aten", "prim", "prims", "quantized", "_quantized", "cuda", "higher_order", "inductor", "torch", "c10"}
-
-
-class ScaffoldError(ValueError):
-    pass
 
 
 def parse_name(qualified: str) -> tuple[str, str]:

@@ -19,7 +19,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from .errors import CpuVariantError
+from .errors import CpuVariantError, TargetTorchError
 
 log = logging.getLogger("export_tools")
 
@@ -27,41 +27,9 @@ log = logging.getLogger("export_tools")
 _TARGETS = {
     "linux-aarch64": (("manylinux_2_28_aarch64", "manylinux_2_17_aarch64", "manylinux2014_aarch64"), "aarch64", 183),
 }
-# Imported targets of the fetched libtorch for CMake (the wheel's own TorchConfig.cmake insists on CUDA): the text of
-# recipes/libtorch's, which test_cpu.py keeps equal.
-_CPU_TORCH_CONFIG = """\
-# libtorch @VERSION@, CPU only, for linux-aarch64 (pt2rt's libtorch recipe): torch = torch_cpu + c10.
-get_filename_component(TORCH_INSTALL_PREFIX "${CMAKE_CURRENT_LIST_DIR}/../../.." ABSOLUTE)
-set(Torch_VERSION @VERSION@)
-set(TORCH_INCLUDE_DIRS "${TORCH_INSTALL_PREFIX}/include" "${TORCH_INSTALL_PREFIX}/include/torch/csrc/api/include")
-set(TORCH_CXX_FLAGS "-D_GLIBCXX_USE_CXX11_ABI=1")
-if(NOT TARGET c10)
-  add_library(c10 SHARED IMPORTED)
-  set_target_properties(c10 PROPERTIES IMPORTED_LOCATION "${TORCH_INSTALL_PREFIX}/lib/libc10.so"
-    INTERFACE_INCLUDE_DIRECTORIES "${TORCH_INCLUDE_DIRS}" INTERFACE_COMPILE_DEFINITIONS "_GLIBCXX_USE_CXX11_ABI=1")
-  add_library(torch_cpu SHARED IMPORTED)
-  # libtorch_cpu.so's own dependencies (nvpl, Arm Compute Library, the CUDA runtime) for the linker
-  set_target_properties(torch_cpu PROPERTIES IMPORTED_LOCATION "${TORCH_INSTALL_PREFIX}/lib/libtorch_cpu.so"
-    INTERFACE_LINK_LIBRARIES c10
-    INTERFACE_LINK_OPTIONS "-Wl,-rpath-link,${TORCH_INSTALL_PREFIX}/lib:${TORCH_INSTALL_PREFIX}/../nvidia/cu13/lib")
-  add_library(torch INTERFACE IMPORTED)
-  set_target_properties(torch PROPERTIES INTERFACE_LINK_LIBRARIES "torch_cpu;c10")
-endif()
-set(TORCH_LIBRARY "${TORCH_INSTALL_PREFIX}/lib/libtorch_cpu.so")
-set(TORCH_LIBRARIES torch)
-set(Torch_FOUND TRUE)
-"""
-_CPU_TORCH_CONFIG_VERSION = """\
-set(PACKAGE_VERSION "@VERSION@")
-if(PACKAGE_FIND_VERSION VERSION_GREATER PACKAGE_VERSION)
-  set(PACKAGE_VERSION_COMPATIBLE FALSE)
-else()
-  set(PACKAGE_VERSION_COMPATIBLE TRUE)
-  if(PACKAGE_FIND_VERSION STREQUAL PACKAGE_VERSION)
-    set(PACKAGE_VERSION_EXACT TRUE)
-  endif()
-endif()
-"""
+# Imported targets of the fetched libtorch for CMake (the wheel's own TorchConfig.cmake insists on CUDA): the
+# templates the libtorch recipe (recipes/libtorch) writes from too, @VERSION@ replaced.
+CMAKE_TEMPLATES = Path(__file__).parent / "cmake"
 # Libraries of the wheel that the target's model libraries never link: CUDA, Python, torch's tests.
 _SKIPPED_LIBS = ("cuda", "nvrtc", "nvshmem", "python", "libshm", "global_deps", "libtorch.so")
 
@@ -96,21 +64,21 @@ def is_libtorch(folder: Path) -> bool:
 
 
 def target_torch(target: str) -> Path:
-    """The target's libtorch folder; a CpuVariantError says how to provide one."""
+    """The target's libtorch folder; a TargetTorchError says how to provide one."""
     _check_target(target)
     key = _key(target)
     named = os.environ.get(f"PT2RT_TORCH_{key}")
     if named:
         if not is_libtorch(Path(named)):
-            raise CpuVariantError(f"PT2RT_TORCH_{key}={named} is not a libtorch folder (expected include/torch and "
-                                  f"lib/libtorch_cpu.so)")
+            raise TargetTorchError(f"PT2RT_TORCH_{key}={named} is not a libtorch folder (expected include/torch and "
+                                   f"lib/libtorch_cpu.so)")
         return Path(named)
     fetched = fetched_dir(target)
     if is_libtorch(fetched):
         return fetched
-    raise CpuVariantError(f"target {target} needs that target's libtorch {_torch_version()}: run `python -m "
-                          f"export_tools fetch-target {target}` (its torch wheel from the package index, once per "
-                          f"machine, into {fetched.parent}), or set PT2RT_TORCH_{key} to a libtorch folder")
+    raise TargetTorchError(f"target {target} needs that target's libtorch {_torch_version()}: run `python -m "
+                           f"export_tools fetch-target {target}` (its torch wheel from the package index, once per "
+                           f"machine, into {fetched.parent}), or set PT2RT_TORCH_{key} to a libtorch folder")
 
 
 def _download(target: str, version: str, into: Path) -> Path:
@@ -125,8 +93,8 @@ def _download(target: str, version: str, into: Path) -> Path:
         lines = result.stderr.strip().splitlines()
         errors = [line.removeprefix("ERROR: ") for line in lines if line.startswith("ERROR: ")]
         why = errors[0] if errors else (lines or ["no wheel written"])[-1]  # pip's first error says what it missed
-        raise CpuVariantError(f"cannot download torch {version} for {target}: {why} (with no package index, give "
-                              f"the wheel with --wheel FILE)")
+        raise TargetTorchError(f"cannot download torch {version} for {target}: {why} (with no package index, give "
+                               f"the wheel with --wheel FILE)")
     return wheels[0]
 
 
@@ -138,10 +106,10 @@ def _unpack(wheel: Path, target: str, version: str, dest: Path) -> None:
     _, arch, machine = _TARGETS[target]
     name = wheel.name
     if not (name.startswith(f"torch-{version}-") or name.startswith(f"torch-{version}+")):
-        raise CpuVariantError(f"{wheel} is not a torch {version} wheel (this Python's torch is {version}; the target's "
-                              f"libtorch must be the same version)")
+        raise TargetTorchError(f"{wheel} is not a torch {version} wheel (this Python's torch is {version}; the "
+                               f"target's libtorch must be the same version)")
     if not name.endswith(f"_{arch}.whl"):
-        raise CpuVariantError(f"{wheel} is not a wheel for {target}")
+        raise TargetTorchError(f"{wheel} is not a wheel for {target}")
     staging = Path(tempfile.mkdtemp(prefix=".fetch-", dir=dest.parent))
     try:
         with zipfile.ZipFile(wheel) as zf:
@@ -151,10 +119,10 @@ def _unpack(wheel: Path, target: str, version: str, dest: Path) -> None:
                 zf.extract(m, staging)
         torch_dir = staging / "torch"
         if not is_libtorch(torch_dir):
-            raise CpuVariantError(f"{wheel} holds no libtorch (include/torch, lib/libtorch_cpu.so)")
+            raise TargetTorchError(f"{wheel} holds no libtorch (include/torch, lib/libtorch_cpu.so)")
         with open(torch_dir / "lib" / "libtorch_cpu.so", "rb") as f:
             if _elf_machine(f.read(20)) != machine:
-                raise CpuVariantError(f"{wheel}'s libtorch_cpu.so is not built for {target}")
+                raise TargetTorchError(f"{wheel}'s libtorch_cpu.so is not built for {target}")
         _write_cmake_config(torch_dir, version)
         try:
             os.rename(torch_dir, dest)
@@ -168,9 +136,9 @@ def _unpack(wheel: Path, target: str, version: str, dest: Path) -> None:
 def _write_cmake_config(torch_dir: Path, version: str) -> None:
     cmake_dir = torch_dir / "share" / "cmake" / "Torch"
     cmake_dir.mkdir(parents=True, exist_ok=True)
-    for name, text in (("TorchConfig.cmake", _CPU_TORCH_CONFIG), ("TorchConfigVersion.cmake", _CPU_TORCH_CONFIG_VERSION)):
+    for name in ("TorchConfig.cmake", "TorchConfigVersion.cmake"):
         tmp = cmake_dir / f".{name}.{os.getpid()}"
-        tmp.write_text(text.replace("@VERSION@", version))
+        tmp.write_text((CMAKE_TEMPLATES / f"{name}.in").read_text().replace("@VERSION@", version))
         os.replace(tmp, cmake_dir / name)
 
 
@@ -186,7 +154,7 @@ def fetch_target(target: str, wheel: Path | None = None) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     if wheel is not None:
         if not wheel.is_file():
-            raise CpuVariantError(f"--wheel {wheel} does not exist")
+            raise TargetTorchError(f"--wheel {wheel} does not exist")
         _unpack(wheel, target, version, dest)
     else:
         with tempfile.TemporaryDirectory(prefix="pt2rt-wheel-") as tmp:

@@ -78,7 +78,7 @@ fi
 "$conan" remote add "$CONAN_REMOTE" "$ROOT" --type=local-recipes-index --index 0 --force >/dev/null 2>&1 \
   || { echo "error: cannot register the local Conan recipes index $ROOT" >&2; exit 1; }
 conan_stamp=$BUILD_DIR/.pt2rt-conan
-conan_inputs=$( (echo "$CONAN_HOME"; cat "$ROOT/conanfile.py" $(find "$ROOT/recipes" -type f | sort)) | sha256sum | cut -d' ' -f1)
+conan_inputs=$( (echo "$CONAN_HOME"; cat "$ROOT/conanfile.py" $(find "$ROOT/recipes" "$ROOT/export_tools/cmake" -type f | sort)) | sha256sum | cut -d' ' -f1)
 if [ ! -f "$BUILD_DIR/generators/conan_toolchain.cmake" ] || [ "$(cat "$conan_stamp" 2>/dev/null)" != "$conan_inputs" ]; then
   log "conan install (flavour $FLAVOUR)"
   mkdir -p "$ROOT/build"

@@ -39,7 +39,7 @@ fetched=$("$PYTHON" -m export_tools -q fetch-target linux-aarch64 --wheel "$(com
 # Conan: the same recipes, the target's settings ----------------------------------------------------------------
 conan=$VENV/bin/conan
 conan_stamp=$CROSS_BUILD_DIR/.pt2rt-conan
-conan_inputs=$( (echo "$CONAN_HOME"; cat "$ROOT/conanfile.py" "$ROOT/profiles/linux-aarch64" $(find "$ROOT/recipes" -type f | sort)) | sha256sum | cut -d' ' -f1)
+conan_inputs=$( (echo "$CONAN_HOME"; cat "$ROOT/conanfile.py" "$ROOT/profiles/linux-aarch64" $(find "$ROOT/recipes" "$ROOT/export_tools/cmake" -type f | sort)) | sha256sum | cut -d' ' -f1)
 if [ ! -f "$CROSS_BUILD_DIR/generators/conan_toolchain.cmake" ] || [ "$(cat "$conan_stamp" 2>/dev/null)" != "$conan_inputs" ]; then
   log "conan install (linux-aarch64)"
   LIBTORCH_WHEELS_DIR=$WHEELS "$conan" install "$ROOT" -r "$CONAN_REMOTE" --build=missing \

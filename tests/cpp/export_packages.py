@@ -31,7 +31,7 @@ import my_ops
 import export_tools
 from export_tools import compat, export_package, load_ops_library, read_spec, recurrent
 from my_ops import models
-from export_tools.package import SPEC_KEY
+from export_tools.layout import SPEC_KEY
 
 
 # where inductor keeps its caches (it sets TORCHINDUCTOR_CACHE_DIR under $TMPDIR itself), not what it compiles
@@ -379,7 +379,8 @@ def main():
     huge = torch.zeros(1).expand(35_000_000, 3, 32, 32)
     torch.save(huge, out / "stride0_huge.pt")
     from export_tools import golden as golden_format
-    from export_tools.package import GOLDEN_RECORD, read_golden
+    from export_tools.layout import GOLDEN_RECORD
+    from export_tools.package import read_golden
     cases = read_golden(net)
     buf = io.BytesIO()
     torch.save({"format": golden_format.FORMAT, "names": [c.name for c in cases],

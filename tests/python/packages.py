@@ -13,7 +13,7 @@ def copy_package(src, dst, edit_spec=None, records=None):
     `records` (name -> bytes)."""
     from torch.export.pt2_archive._package import PT2ArchiveReader, PT2ArchiveWriter
 
-    from export_tools.package import SPEC_KEY
+    from export_tools.layout import SPEC_KEY
     records = records or {}
     with PT2ArchiveReader(str(src)) as reader, PT2ArchiveWriter(str(dst)) as writer:
         for name in reader.get_file_names():

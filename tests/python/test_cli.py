@@ -259,7 +259,8 @@ def test_compare_runs_the_package_and_the_eager_model_on_the_same_inputs(capsys,
 def test_verify_exits_1_when_a_golden_case_does_not_match(capsys, tmp_path, exported):
     """A package whose golden outputs were changed after export: `verify` reports the case and exits 1."""
     from export_tools import golden
-    from export_tools.package import GOLDEN_RECORD, read_golden
+    from export_tools.layout import GOLDEN_RECORD
+    from export_tools.package import read_golden
 
     path, _, _ = exported("op_static")
     cases = read_golden(path)

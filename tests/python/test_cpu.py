@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch._inductor import cpu_vec_isa
 
-from export_tools import cpu, read_spec
+from export_tools import TargetTorchError, cpu, read_spec
 
 # Every vector ISA class of torch's inductor, by the architecture its code is for. A torch that adds a class fails
 # test_every_torch_isa_class_is_classified until someone decides what pt2rt does with it.
@@ -176,11 +175,11 @@ def test_cross_target_without_its_libtorch_says_what_to_run(monkeypatch, tmp_pat
     (tools / "g++").symlink_to(shutil.which("g++"))
     (tools / "aarch64-linux-gnu-objcopy").symlink_to(shutil.which("objcopy"))
     monkeypatch.setenv("PT2RT_CXX_LINUX_AARCH64", str(tools / "g++"))
-    with pytest.raises(cpu.CpuVariantError, match=f"libtorch {TORCH_VERSION}: run `python -m export_tools "
+    with pytest.raises(TargetTorchError, match=f"libtorch {TORCH_VERSION}: run `python -m export_tools "
                                                   "fetch-target linux-aarch64`"):
         cross.toolchain("linux-aarch64")
     monkeypatch.setenv("PT2RT_TORCH_LINUX_AARCH64", str(tmp_path / "nothing"))
-    with pytest.raises(cpu.CpuVariantError, match="is not a libtorch folder"):
+    with pytest.raises(TargetTorchError, match="is not a libtorch folder"):
         cross.toolchain("linux-aarch64")
 
 
@@ -232,12 +231,17 @@ def test_fetch_target_unpacks_the_libtorch_export_then_finds(monkeypatch, tmp_pa
     assert sorted(p.name for p in (fetched / "lib").iterdir()) == ["libc10.so", "libgomp.so.1", "libtorch_cpu.so"]
     assert (fetched / "include" / "torch" / "script.h").is_file()
     assert targets.target_torch("linux-aarch64") == fetched
-    # find_package(Torch) of a cross build finds a CPU-only config there, the text the libtorch recipe writes
+    # find_package(Torch) of a cross build finds a CPU-only config there, from the templates the libtorch recipe
+    # exports and writes too
     recipe = ast.parse((ROOT / "recipes" / "libtorch" / "all" / "conanfile.py").read_text())
-    (config,) = [n.value.value for n in recipe.body if isinstance(n, ast.Assign) and
-                 getattr(n.targets[0], "id", None) == "_CPU_TORCH_CONFIG"]
+    (relative,) = [ast.literal_eval(n.value) if isinstance(n.value, ast.Constant) else
+                   [ast.literal_eval(a) for a in n.value.args] for n in recipe.body
+                   if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) == "_CMAKE_TEMPLATES"]
+    recipe_templates = (ROOT / "recipes" / "libtorch" / "all").joinpath(*relative).resolve()
+    assert recipe_templates == targets.CMAKE_TEMPLATES.resolve()
     written = fetched / "share" / "cmake" / "Torch" / "TorchConfig.cmake"
-    assert written.read_text() == config.replace("@VERSION@", TORCH_VERSION)
+    template = (targets.CMAKE_TEMPLATES / "TorchConfig.cmake.in").read_text()
+    assert "@VERSION@" in template and written.read_text() == template.replace("@VERSION@", TORCH_VERSION)
     assert f'set(PACKAGE_VERSION "{TORCH_VERSION}")' in (written.parent / "TorchConfigVersion.cmake").read_text()
     written.unlink()  # fetched by a version that wrote none: the next fetch-target adds it
     assert main(["fetch-target", "linux-aarch64", "--wheel", str(good)]) == 0 and written.is_file()

@@ -8,18 +8,16 @@ import pytest
 import torch
 
 import export_tools
-from export_tools import ExportError, cpu, export_package, load_package, read_spec, verify_package
+from export_tools import ExportError, cpu, export_package, export_program, load_package, read_spec, verify_package
 from my_ops import models
-from export_tools.dynamic import normalize
-from export_tools.export import _export
-from export_tools.package import GOLDEN_RECORD, read_golden
+from export_tools.package import read_golden
 
 SCHEMA = json.loads((__import__("pathlib").Path(__file__).parents[2] / "docs" / "pt2rt-spec-2.schema.json").read_text())
 
 
 def test_graph_calls_the_class_through_call_torchbind_and_the_op_directly():
     model, inputs = models.identity_conv_net()
-    ep = _export(model, list(inputs), normalize(model, list(inputs), (1, 32), None))
+    ep = export_program(model, inputs, dynamic_batch=(1, 32))
     targets = [n.target for n in ep.graph.nodes if n.op == "call_function"]
     assert torch.ops.higher_order.call_torchbind in targets
     assert torch.ops.my_ops.identity_conv_op.default in targets

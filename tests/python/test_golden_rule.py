@@ -10,7 +10,7 @@ import torch
 from export_tools import ExportError, export_package, read_golden
 from export_tools import golden
 from export_tools.__main__ import main
-from export_tools.package import GOLDEN_RECORD
+from export_tools.layout import GOLDEN_RECORD
 from packages import copy_package, pt2run
 
 

@@ -8,7 +8,7 @@ import sys
 import zipfile
 
 from conan import ConanFile
-from conan.errors import ConanInvalidConfiguration
+from conan.errors import ConanException, ConanInvalidConfiguration
 from conan.tools.files import copy
 
 required_conan_version = ">=2.0"
@@ -49,29 +49,10 @@ _AARCH64_TORCH_LIBS = ["libtorch_cpu.so", "libc10.so", "libgomp.so.1", "libarm_c
                        "libnvpl_lapack_lp64_gomp.so.0"]
 _AARCH64_CUDA_LIBS = ["libcudart.so.13", "libcupti.so.13"]
 
-# Imported targets of a CPU-only libtorch for the cross build: the wheel's own TorchConfig.cmake insists on CUDA.
-_CPU_TORCH_CONFIG = """\
-# libtorch @VERSION@, CPU only, for linux-aarch64 (pt2rt's libtorch recipe): torch = torch_cpu + c10.
-get_filename_component(TORCH_INSTALL_PREFIX "${CMAKE_CURRENT_LIST_DIR}/../../.." ABSOLUTE)
-set(Torch_VERSION @VERSION@)
-set(TORCH_INCLUDE_DIRS "${TORCH_INSTALL_PREFIX}/include" "${TORCH_INSTALL_PREFIX}/include/torch/csrc/api/include")
-set(TORCH_CXX_FLAGS "-D_GLIBCXX_USE_CXX11_ABI=1")
-if(NOT TARGET c10)
-  add_library(c10 SHARED IMPORTED)
-  set_target_properties(c10 PROPERTIES IMPORTED_LOCATION "${TORCH_INSTALL_PREFIX}/lib/libc10.so"
-    INTERFACE_INCLUDE_DIRECTORIES "${TORCH_INCLUDE_DIRS}" INTERFACE_COMPILE_DEFINITIONS "_GLIBCXX_USE_CXX11_ABI=1")
-  add_library(torch_cpu SHARED IMPORTED)
-  # libtorch_cpu.so's own dependencies (nvpl, Arm Compute Library, the CUDA runtime) for the linker
-  set_target_properties(torch_cpu PROPERTIES IMPORTED_LOCATION "${TORCH_INSTALL_PREFIX}/lib/libtorch_cpu.so"
-    INTERFACE_LINK_LIBRARIES c10
-    INTERFACE_LINK_OPTIONS "-Wl,-rpath-link,${TORCH_INSTALL_PREFIX}/lib:${TORCH_INSTALL_PREFIX}/../nvidia/cu13/lib")
-  add_library(torch INTERFACE IMPORTED)
-  set_target_properties(torch PROPERTIES INTERFACE_LINK_LIBRARIES "torch_cpu;c10")
-endif()
-set(TORCH_LIBRARY "${TORCH_INSTALL_PREFIX}/lib/libtorch_cpu.so")
-set(TORCH_LIBRARIES torch)
-set(Torch_FOUND TRUE)
-"""
+# Imported targets of a CPU-only libtorch for the cross build (the wheel's own TorchConfig.cmake insists on CUDA):
+# export_tools' templates, which its fetch-target writes too; exported with the recipe (export()).
+_CMAKE_TEMPLATES = os.path.join("..", "..", "..", "export_tools", "cmake")
+_CMAKE_FILES = ("TorchConfig.cmake", "TorchConfigVersion.cmake")
 
 
 class LibtorchConan(ConanFile):
@@ -94,6 +75,14 @@ class LibtorchConan(ConanFile):
     options = {"cuda": [True, False]}
     default_options = {"cuda": False}
     upload_policy = "skip"
+
+    def export(self):
+        source = os.path.join(self.recipe_folder, _CMAKE_TEMPLATES)
+        for name in _CMAKE_FILES:
+            if not os.path.isfile(os.path.join(source, f"{name}.in")):
+                raise ConanException(f"libtorch recipe: {name}.in is not in {os.path.normpath(source)} (the recipe is "
+                                     f"exported from pt2rt's recipes/ folder, beside export_tools/)")
+        copy(self, "*.cmake.in", source, os.path.join(self.export_folder, "cmake"))
 
     def _wheel(self):
         code = ("import json, os, torch; print(json.dumps({'dir': os.path.dirname(torch.__file__), "
@@ -187,13 +176,11 @@ class LibtorchConan(ConanFile):
                     os.chmod(os.path.join(root, f), 0o755)
         cmake_dir = os.path.join(dst, "share", "cmake", "Torch")
         os.makedirs(cmake_dir, exist_ok=True)
-        with open(os.path.join(cmake_dir, "TorchConfig.cmake"), "w") as f:
-            f.write(_CPU_TORCH_CONFIG.replace("@VERSION@", str(self.version)))
-        with open(os.path.join(cmake_dir, "TorchConfigVersion.cmake"), "w") as f:
-            f.write(f'set(PACKAGE_VERSION "{self.version}")\n'
-                    'if(PACKAGE_FIND_VERSION VERSION_GREATER PACKAGE_VERSION)\n  set(PACKAGE_VERSION_COMPATIBLE FALSE)\n'
-                    'else()\n  set(PACKAGE_VERSION_COMPATIBLE TRUE)\n  if(PACKAGE_FIND_VERSION STREQUAL PACKAGE_VERSION)\n'
-                    '    set(PACKAGE_VERSION_EXACT TRUE)\n  endif()\nendif()\n')
+        for name in _CMAKE_FILES:
+            with open(os.path.join(self.recipe_folder, "cmake", f"{name}.in")) as f:
+                text = f.read()
+            with open(os.path.join(cmake_dir, name), "w") as f:
+                f.write(text.replace("@VERSION@", str(self.version)))
 
     def package(self):
         if self.settings.arch == "armv8":
