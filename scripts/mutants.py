@@ -272,6 +272,9 @@ mutant("pt2serve: a model's share of the cores ignores its instance_count", "ser
        "      instances += per_version * static_cast<int64_t>(version_folders(m).size());",
        "      instances += static_cast<int64_t>(version_folders(m).size());",
        pytest("tests/python/test_serve.py", "-k", "each_model_runs_on_its_share"))
+mutant("runtime: the usable cores ignore OMP_NUM_THREADS", "runtime/src/cpu_features.cpp",
+       "    if (end != omp && n > 0) return", "    if (false) return",
+       ctest("^HostCpu[.]UsableCoresFollowOmpNumThreadsElseTheAffinityMask$"))
 mutant("runtime: a runtime's intra-op threads not applied to its runs", "runtime/src/process.cpp",
        "  c.set_num_threads(threads);", "",
        ctest("^Runtime[.]IntraOpThreadsSizeEachRunsTeamAndRestoreTheCallers$"))

@@ -23,7 +23,6 @@ using nlohmann::json;
 namespace pt2serve {
 namespace {
 
-constexpr const char* kHeaderLength = "Inference-Header-Content-Length";
 // bodies from this size up are followed by malloc_trim
 constexpr size_t kTrimFrom = size_t{4} << 20;
 // responses smaller than this go out uncompressed even when the client accepts gzip

@@ -37,8 +37,6 @@
 namespace pt2serve {
 namespace {
 
-// the binary tensor extension's header, taken off the request with the others the handler reads
-constexpr const char* kHeaderLength = "Inference-Header-Content-Length";
 // a request's line and headers together, at most: a client that sends more is answered 400 and closed
 constexpr size_t kMaxHeaderBytes = 64 * 1024;
 // bytes written to a connection per loop iteration, at most

@@ -18,6 +18,10 @@ struct evhttp_request;
 
 namespace pt2serve {
 
+// The Open Inference Protocol's binary extension: the JSON header's length, the tensors' bytes after it. The one
+// protocol header the loop takes off a request (header_length) and a response may carry.
+inline constexpr const char* kHeaderLength = "Inference-Header-Content-Length";
+
 // A request as the loop took it off libevent's structures; a worker may hold it (never its evhttp_request).
 struct HttpRequest {
   evhttp_request* req = nullptr;  // the loop's

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
-#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -12,8 +11,6 @@
 #include <mutex>
 #include <set>
 #include <thread>
-
-#include <sched.h>
 
 #include <nlohmann/json.hpp>
 
@@ -203,45 +200,6 @@ std::string folder_state(const fs::path& m) {
   for (const auto& v : versions) add(m / v / "model.pt2", v);
   return state;
 }
-// A cgroup's CPU quota in whole CPUs, rounded up (v2: cpu.max "200000 100000"; v1: cfs_quota_us / cfs_period_us);
-// 0 when there is none.
-int cgroup_cpu_quota() {
-  const auto read = [](const char* path) {
-    std::ifstream in(path);
-    std::string a, b;
-    in >> a >> b;
-    return std::make_pair(a, b);
-  };
-  const auto quota = [](const std::string& q, const std::string& period) {
-    try {
-      const double cpus = std::stod(q) / std::stod(period);
-      return cpus > 0 ? static_cast<int>(std::ceil(cpus)) : 0;
-    } catch (const std::exception&) {  // "max", or nothing
-      return 0;
-    }
-  };
-  const auto [v2_quota, v2_period] = read("/sys/fs/cgroup/cpu.max");
-  if (!v2_quota.empty()) return quota(v2_quota, v2_period);
-  const auto v1_quota = read("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").first;
-  const auto v1_period = read("/sys/fs/cgroup/cpu/cpu.cfs_period_us").first;
-  return v1_quota.empty() || v1_quota[0] == '-' ? 0 : quota(v1_quota, v1_period);
-}
-
-// The cores this process may use: OMP_NUM_THREADS where the operator set it, else its CPU affinity (taskset, a
-// cpuset) within its cgroup's CPU quota (a container's CPU limit).
-int usable_cores() {
-  if (const char* omp = std::getenv("OMP_NUM_THREADS")) {
-    char* end = nullptr;
-    const long n = std::strtol(omp, &end, 10);
-    if (end != omp && n > 0) return static_cast<int>(std::min<long>(n, pt2rt::kMaxIntraOpThreads));
-  }
-  cpu_set_t allowed;
-  int cores = sched_getaffinity(0, sizeof allowed, &allowed) == 0
-                  ? CPU_COUNT(&allowed)
-                  : static_cast<int>(std::thread::hardware_concurrency());
-  if (const int quota = cgroup_cpu_quota(); quota > 0) cores = std::min(cores, quota);
-  return std::max(1, cores);
-}
 }  // namespace
 
 int threads_per_instance(const std::string& dir) {
@@ -257,7 +215,7 @@ int threads_per_instance(const std::string& dir) {
     }
   } catch (const std::exception&) {  // an unreadable repository loads nothing either
   }
-  const int share = usable_cores() / static_cast<int>(std::max<int64_t>(instances, 1));
+  const int share = pt2rt::usable_cores() / static_cast<int>(std::max<int64_t>(instances, 1));
   return std::clamp(share, 1, pt2rt::kMaxIntraOpThreads);
 }
 

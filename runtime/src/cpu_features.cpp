@@ -2,9 +2,16 @@
 // __AVX512BF16__ -> "avx512bf16"), and the choice of a package's CPU variant.
 #include "common.h"
 
+#include <sched.h>
+
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <fstream>
 #include <set>
+#include <string>
+#include <thread>
+#include <utility>
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -174,6 +181,30 @@ std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
   return out;
 }
 
+// A cgroup's CPU quota in whole CPUs, rounded up (v2: cpu.max "200000 100000"; v1: cfs_quota_us / cfs_period_us);
+// 0 when there is none.
+int cgroup_cpu_quota() {
+  const auto read = [](const char* path) {
+    std::ifstream in(path);
+    std::string a, b;
+    in >> a >> b;
+    return std::make_pair(a, b);
+  };
+  const auto quota = [](const std::string& q, const std::string& period) {
+    try {
+      const double cpus = std::stod(q) / std::stod(period);
+      return cpus > 0 ? static_cast<int>(std::ceil(cpus)) : 0;
+    } catch (const std::exception&) {  // "max", or nothing
+      return 0;
+    }
+  };
+  const auto [v2_quota, v2_period] = read("/sys/fs/cgroup/cpu.max");
+  if (!v2_quota.empty()) return quota(v2_quota, v2_period);
+  const auto v1_quota = read("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").first;
+  const auto v1_period = read("/sys/fs/cgroup/cpu/cpu.cfs_period_us").first;
+  return v1_quota.empty() || v1_quota[0] == '-' ? 0 : quota(v1_quota, v1_period);
+}
+
 }  // namespace
 
 const char* host_arch() { return kArch; }
@@ -234,6 +265,20 @@ size_t select_variant(const Spec& spec, const std::string& cpu_isa) {
                                         "); export it with --cpu-isa default (or avx2) for a portable variant");
   }
   return *best;
+}
+
+int usable_cores() {
+  if (const char* omp = std::getenv("OMP_NUM_THREADS")) {
+    char* end = nullptr;
+    const long n = std::strtol(omp, &end, 10);
+    if (end != omp && n > 0) return static_cast<int>(std::min<long>(n, kMaxIntraOpThreads));
+  }
+  cpu_set_t allowed;
+  int cores = sched_getaffinity(0, sizeof allowed, &allowed) == 0
+                  ? CPU_COUNT(&allowed)
+                  : static_cast<int>(std::thread::hardware_concurrency());
+  if (const int quota = cgroup_cpu_quota(); quota > 0) cores = std::min(cores, quota);
+  return std::clamp(cores, 1, kMaxIntraOpThreads);
 }
 
 }  // namespace pt2rt

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <sched.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -13,6 +14,8 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "test_env.h"
 #include "test_shell.h"
@@ -110,6 +113,29 @@ TEST(HostCpu, CpuidAgreesWithTheCompilersViewOfThisHost) {
     if (relevant.count(f)) from_cpuid.insert(f);
   }
   EXPECT_EQ(from_cpuid, from_compiler);
+}
+
+// OMP_NUM_THREADS where set to a count, else the affinity mask (this test cannot rely on a cgroup quota): what
+// pt2serve divides between its instances and pt2run bench between its threads.
+TEST(HostCpu, UsableCoresFollowOmpNumThreadsElseTheAffinityMask) {
+  const char* saved = std::getenv("OMP_NUM_THREADS");
+  const std::string before = saved ? saved : "";
+  cpu_set_t allowed;
+  ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  ::unsetenv("OMP_NUM_THREADS");
+  const int unset = pt2rt::usable_cores();
+  EXPECT_GE(unset, 1);
+  EXPECT_LE(unset, CPU_COUNT(&allowed));
+  for (const auto& [value, expected] : std::vector<std::pair<std::string, int>>{
+           {"6", 6}, {"1", 1}, {"100000", pt2rt::kMaxIntraOpThreads}, {"0", unset}, {"-3", unset}, {"two", unset}}) {
+    ::setenv("OMP_NUM_THREADS", value.c_str(), 1);
+    EXPECT_EQ(pt2rt::usable_cores(), expected) << "OMP_NUM_THREADS=" << value;
+  }
+  if (saved) {
+    ::setenv("OMP_NUM_THREADS", before.c_str(), 1);
+  } else {
+    ::unsetenv("OMP_NUM_THREADS");
+  }
 }
 
 TEST(Variants, SyntheticFeatureSets) {

@@ -338,6 +338,11 @@ PT2RT_API std::string why_variant_cannot_run(const Variant& variant);
 // naming the package's variants when none fits.
 PT2RT_API std::size_t select_variant(const Spec& spec, const std::string& cpu_isa = "");
 
+// The cores this process may use: OMP_NUM_THREADS where the operator set it, else its CPU affinity (taskset, a
+// cpuset) within its cgroup's CPU quota (a container's CPU limit), at least 1 and at most kMaxIntraOpThreads. What
+// a process that runs several runtimes at once divides between their Options::intra_op_threads.
+PT2RT_API int usable_cores();
+
 // Removes the temporary directories (pt2rt-<pid>-*, under $TMPDIR) that processes of this user which are no
 // longer running left behind (a process killed while a Runtime was loaded); returns how many. pt2run calls it.
 PT2RT_API int remove_stale_temp_dirs();
