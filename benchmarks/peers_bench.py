@@ -11,8 +11,9 @@ intra-op threads.
 
 Rounds are interleaved (every engine and thread count of a model and batch, then again) and each engine's p50 and
 p99 per round are kept; the report gives the median over rounds, the ratio pt2run / the faster peer (> 1: we are
-slower), pt2run / eager, and the cores each engine kept busy (CPU time / wall time over the timed runs: 1 thread
-asked must mean ~1 core). Every engine's output is checked against eager first (pt2run's by `pt2run run`); one
+slower), pt2run / eager, the cores each engine kept busy (CPU time / wall time over the timed runs: 1 thread
+asked must mean ~1 core), and each engine's peak resident memory alone in a process (peak_rss.py; pt2run's from its
+bench runs). Every engine's output is checked against eager first (pt2run's by `pt2run run`); one
 farther than --max-rel-diff fails the run. Packages are kept in --out and reused while their model's source and
 torch are the same. Writes <out>/report.json and <out>/chart.png and prints a table. make bench and make bench-peers
 run it (scripts/bench.sh).
@@ -30,6 +31,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -59,6 +61,7 @@ def prepare(name: str, batch: int, work: Path, ops: Path) -> Path:
     if name in peer_models.MODELS:
         torch.save(model.state_dict(), work / "weights.pt")
     torch.save(list(inputs), work / "inputs.pt")
+    np.savez(work / "inputs.npz", **{f"input{i}": t.numpy() for i, t in enumerate(inputs)})  # peak_rss.py's peers
     torch.save(eager, work / "eager.pt")
     key = hashlib.sha256((Path(peer_models.__file__).read_bytes() + f"{name}/{batch}".encode() +
                           torch.__version__.encode() + b"".join(
@@ -89,7 +92,22 @@ def pt2run_round(pt2run: Path, ops: Path, package: Path, threads: int, iters: in
                           str(warmup), "--intra-op-threads", str(threads), "--json"],
                          check=True, capture_output=True, text=True).stdout
     j = json.loads(out)
-    return {"p50_ms": j["latency_ms"]["p50"], "p99_ms": j["latency_ms"]["p99"], "cores_busy": j["cores_busy"]}
+    return {"p50_ms": j["latency_ms"]["p50"], "p99_ms": j["latency_ms"]["p99"], "cores_busy": j["cores_busy"],
+            "peak_rss_mib": j["peak_rss_mib"]}
+
+
+def peak_rss(args, engine: str, name: str, batch: int, work: Path, package: Path, threads: int,
+             pt2run_samples: list[dict]) -> float:
+    """The engine's peak resident memory (MiB) alone in a process, as its user would run it (peak_rss.py); pt2run's
+    from its bench runs."""
+    if engine == "pt2run":
+        return max(s["peak_rss_mib"] for s in pt2run_samples)
+    python = args.peers_python if engine in PEERS else Path(sys.executable)
+    env = dict(os.environ, IDENTITY_CONV_OPS_LIBRARY=str(args.ops))
+    out = subprocess.run([str(python), str(ROOT / "benchmarks" / "peak_rss.py"), "--engine", engine, "--work",
+                          str(work), "--package", str(package), "--model", name, "--batch", str(batch), "--threads",
+                          str(threads)], check=True, capture_output=True, text=True, env=env, cwd=ROOT).stdout
+    return json.loads(out.strip().splitlines()[-1])["peak_rss_mib"]
 
 
 class Runner:
@@ -155,7 +173,9 @@ def bench_cell(args, name: str, batch: int, threads: list[int], report: dict) ->
         log(f"{name} batch {batch}: round {r + 1}/{args.rounds}")
     for r in runners.values():
         r.close()
-    result = {"package": str(package), "iters": iters, "max_rel_diff_vs_eager": accuracy}
+    result = {"package": str(package), "iters": iters, "max_rel_diff_vs_eager": accuracy,
+              "peak_rss_mib": {e: peak_rss(args, e, name, batch, work, package, max(threads),
+                                           samples[f"pt2run/{max(threads)}"]) for e in engines}}
     for t in threads:
         row = {e: {k: statistics.median(s[k] for s in samples[f"{e}/{t}"]) for k in ("p50_ms", "p99_ms", "cores_busy")}
                for e in engines}
@@ -244,6 +264,14 @@ def main() -> int:
                                 if e in row else f"{'-':>24}" for e in ENGINES)
                 peer = f"{row['ratio_vs_faster_peer']:7.2f}" if "ratio_vs_faster_peer" in row else f"{'-':>7}"
                 print(f"{name:<19}{b.split('_')[1]:>2}{t:>4}{cells}{peer}{row['ratio_vs_eager']:7.2f}")
+    print(f"peak resident memory (MiB), each engine alone in a process at {max(threads)} threads (ORT and OpenVINO "
+          f"without torch):")
+    print(f"{'model':<19}{'b':>2}" + "".join(f"{e:>10}" for e in ENGINES))
+    for name, by_batch in report["models"].items():
+        for b, res in by_batch.items():
+            rss = res["peak_rss_mib"]
+            print(f"{name:<19}{b.split('_')[1]:>2}" + "".join(f"{rss[e]:10.0f}" if e in rss else f"{'-':>10}"
+                                                            for e in ENGINES))
     print("max |engine - eager| / max |eager|: " + "; ".join(
         f"{name} b{b.split('_')[1]}: " + ", ".join(f"{e} {d:.0e}" for e, d in res["max_rel_diff_vs_eager"].items())
         for name, by_batch in report["models"].items() for b, res in by_batch.items()))

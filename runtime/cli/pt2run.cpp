@@ -322,6 +322,13 @@ double process_cpu_seconds() {
   return seconds(u.ru_utime) + seconds(u.ru_stime);
 }
 
+// The most memory the process has held in RAM so far (Linux: ru_maxrss in KiB), in MiB: package, model, runs.
+double peak_rss_mib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;
+}
+
 double percentile(std::vector<double> sorted, double p) {
   if (sorted.empty()) return 0;
   const double idx = p * static_cast<double>(sorted.size() - 1);
@@ -428,12 +435,12 @@ int cmd_bench(const std::string& package, const std::vector<std::string>& ops, c
                         {"cpu_s", cpu_s}, {"wall_s", wall_s}, {"cores_busy", cores_busy},
                         {"iters", iters}, {"threads", threads}, {"runners", runners}, {"warmup", warmup},
                         {"intra_op_threads", g_intra_op_threads > 0 ? g_intra_op_threads : pt2rt::num_threads()}, {"process_threads", process_threads},
-                        {"thread_cpu_s", thread_cpu_s}};
+                        {"thread_cpu_s", thread_cpu_s}, {"peak_rss_mib", peak_rss_mib()}};
     std::cout << j.dump() << "\n";
   } else {
     std::printf("%d runs, %d threads, %d runners: p50 %.3f ms  p90 %.3f ms  p99 %.3f ms  mean %.3f ms  %.1f runs/s  "
-                "%.2f cores busy\n",
-                iters, threads, runners, p50, p90, p99, mean, throughput, cores_busy);
+                "%.2f cores busy  peak RSS %.0f MiB\n",
+                iters, threads, runners, p50, p90, p99, mean, throughput, cores_busy, peak_rss_mib());
   }
   return kExitOk;
 }

@@ -11,6 +11,7 @@
 #include <sched.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -945,6 +946,15 @@ TEST(Pt2run, BenchWarmsUpOnTheThreadsItMeasures) {
     EXPECT_GT(cold, 1) << callers;
     EXPECT_EQ(warmed, cold) << callers << " caller(s)";
   }
+}
+
+TEST(Pt2run, BenchReportsItsPeakResidentMemory) {
+  // what make bench-peers compares per engine: at least the package's weights and libtorch, at most this machine
+  const auto j = nlohmann::json::parse(bench_json("--iters 5 --warmup 1"));
+  ASSERT_TRUE(j.contains("peak_rss_mib")) << j.dump();
+  const double mib = j["peak_rss_mib"].get<double>();
+  EXPECT_GT(mib, 50.0) << "libtorch alone is larger";
+  EXPECT_LT(mib, static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE) / (1 << 20));
 }
 
 TEST(Documented, NumRunnersOutsideItsRangeIsAUsageError) {
