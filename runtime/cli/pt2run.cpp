@@ -13,7 +13,9 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -322,11 +324,14 @@ double process_cpu_seconds() {
   return seconds(u.ru_utime) + seconds(u.ru_stime);
 }
 
-// The most memory the process has held in RAM so far (Linux: ru_maxrss in KiB), in MiB: package, model, runs.
+// The most memory this program has held in RAM (package, model, runs), in MiB: VmHWM, the high-water mark of its
+// own address space. Not ru_maxrss, which keeps the forking process's peak across exec (a benchmark's Python).
 double peak_rss_mib() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_maxrss) / 1024.0;
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::strtod(line.c_str() + 6, nullptr) / 1024.0;
+  }
+  return 0.0;
 }
 
 double percentile(std::vector<double> sorted, double p) {
