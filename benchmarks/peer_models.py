@@ -132,12 +132,28 @@ class MobileNetV3Small(nn.Module):
 
 # --- BERT-base encoder -------------------------------------------------------------------------------------------
 
+def _distinct_layers(encoder: nn.TransformerEncoder) -> nn.TransformerEncoder:
+    """nn.TransformerEncoder deep-copies one layer, so every layer starts with the same weights, and the ONNX export
+    stores them once: ONNX Runtime and OpenVINO then ran 12 layers on one layer's weights, in cache and in a twelfth
+    of the memory. A trained model's layers differ; each gets its own."""
+    for layer in encoder.layers:
+        for m in layer.modules():
+            reset = getattr(m, "_reset_parameters", None) or getattr(m, "reset_parameters", None)
+            if reset is not None:
+                reset()
+        with torch.no_grad():  # the biases and norms start as zeros and ones: as distinct as trained ones
+            for p in layer.parameters():
+                if p.dim() == 1:
+                    p.add_(torch.randn_like(p) * 0.02)
+    return encoder
+
+
 class BertEncoder(nn.Module):
     def __init__(self, layers: int = 12, width: int = 768, heads: int = 12, ffn: int = 3072):
         super().__init__()
         layer = nn.TransformerEncoderLayer(width, heads, ffn, dropout=0.0, activation="gelu", layer_norm_eps=1e-12,
                                            batch_first=True)
-        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.encoder = _distinct_layers(nn.TransformerEncoder(layer, layers, enable_nested_tensor=False))
 
     def forward(self, x):
         return self.encoder(x)
@@ -154,7 +170,7 @@ class ViT(nn.Module):
         self.pos = nn.Parameter(torch.randn(1, (image // patch) ** 2 + 1, width) * 0.02)
         layer = nn.TransformerEncoderLayer(width, heads, 4 * width, dropout=0.0, activation="gelu", layer_norm_eps=1e-6,
                                            batch_first=True, norm_first=True)
-        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.encoder = _distinct_layers(nn.TransformerEncoder(layer, layers, enable_nested_tensor=False))
         self.norm = nn.LayerNorm(width, eps=1e-6)
         self.head = nn.Linear(width, num_classes)
 

@@ -105,3 +105,10 @@ def test_the_peer_benchmarks_models_are_the_published_architectures():
         assert sum(p.numel() for p in model.parameters()) == expected, name
         with torch.no_grad():
             assert model(*inputs).shape == (1, 1000)
+    # no two layers share weights: an ONNX export would store them once, and the peers would run on one layer's
+    for name in ("bert_base", "vit_tiny"):
+        model, _ = peer_models.MODELS[name]()
+        layers = model.encoder.layers
+        for i in range(1, len(layers)):
+            for (key, a), b in zip(layers[0].state_dict().items(), layers[i].state_dict().values()):
+                assert not torch.equal(a, b), f"{name}: layers 0 and {i} share {key}"
