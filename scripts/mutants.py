@@ -272,6 +272,10 @@ mutant("pt2serve: a model's share of the cores ignores its instance_count", "ser
        "      instances += per_version * static_cast<int64_t>(version_folders(m).size());",
        "      instances += static_cast<int64_t>(version_folders(m).size());",
        pytest("tests/python/test_serve.py", "-k", "each_model_runs_on_its_share"))
+mutant("recurrent: a split step computes one panel of each piece's gates", "runtime/kernels/rnn_impl.h",
+       "    recurrent_product(B, H, Gp, p0, p1, h, h_b, whh, bhh, gh);",
+       "    recurrent_product(B, H, Gp, p0, std::min(p1, p0 + 1), h, h_b, whh, bhh, gh);",
+       pytest("tests/python/test_recurrent.py", "-k", "split_across_threads"))
 mutant("runtime: the usable cores ignore OMP_NUM_THREADS", "runtime/src/cpu_features.cpp",
        "    if (end != omp && n > 0) return", "    if (false) return",
        ctest("^HostCpu[.]UsableCoresFollowOmpNumThreadsElseTheAffinityMask$"))

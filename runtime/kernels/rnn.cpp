@@ -3,7 +3,7 @@
 // oneDNN's RNN primitive per layer and direction (export_tools/recurrent.py). The
 // layer's input projection for every step stays in the graph, one matrix product that inductor compiles (and packs
 // where it packs products); the recurrence runs in rnn_impl.h, the directions of a bidirectional layer on threads of
-// their own when the intra-op thread count allows.
+// their own when the intra-op thread count allows, a single direction's steps split across them.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -37,6 +37,13 @@ RnnStepsFn steps_fn() {
     return pt2rt::kernels::rnn_steps_baseline();
   }();
   return fn;
+}
+
+// The pieces of a step on ATen's intra-op threads (rnn_kernel.h: RnnParallelFn).
+void aten_parallel(int64_t parts, void* ctx, void (*piece)(void* ctx, int64_t part)) {
+  at::parallel_for(0, parts, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) piece(ctx, p);
+  });
 }
 
 RnnMode parse_mode(const std::string& mode) {
@@ -108,14 +115,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> run_layer(const at::Tensor& gi_in
   // a (t, b) row's offset in gi and out: time-major or batch-first
   const int64_t gi_t = batch_first ? s.D * s.G : s.B * s.D * s.G, gi_b = batch_first ? s.T * s.D * s.G : s.D * s.G;
   const int64_t out_t = batch_first ? s.D * s.H : s.B * s.D * s.H, out_b = batch_first ? s.T * s.D * s.H : s.D * s.H;
-  // the directions at once where there are threads for them (each step waits for the one before)
+  // the directions at once where there are threads for them (each step waits for the one before); one direction
+  // (or more threads than directions were not given to them: at::parallel_for does not nest) splits its steps
+  const int64_t parts = s.D == 1 && !at::in_parallel_region() ? at::get_num_threads() : 1;
   at::parallel_for(0, s.D, 1, [&](int64_t d0, int64_t d1) {
     std::vector<float> scratch(static_cast<size_t>(s.B * (pt2rt::kernels::padded_gates(s.G) + s.H)));
     for (int64_t d = d0; d < d1; ++d) {
       steps(mode, s.T, s.B, s.H, gi.data_ptr<float>() + d * s.G, gi_t, gi_b, whh_t[d].data_ptr<float>(),
             bhh[d].data_ptr<float>(), h0[d].data_ptr<float>(), c0_in ? c0[d].data_ptr<float>() : nullptr,
             out.data_ptr<float>() + d * s.H, out_t, out_b, d == 1, hn[d].data_ptr<float>(),
-            c0_in ? cn[d].data_ptr<float>() : nullptr, scratch.data());
+            c0_in ? cn[d].data_ptr<float>() : nullptr, scratch.data(), &aten_parallel, parts);
     }
   });
   return {out, hn, cn};

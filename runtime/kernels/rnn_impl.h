@@ -3,9 +3,11 @@
 // stays in vector accumulators while all H inputs are applied, so W_hh is read once per step from cache.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "rnn_kernel.h"
 
@@ -75,13 +77,14 @@ inline vf tanh_v(vf x) {
 
 inline float sigmoid_s(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
-// R rows of gh = bhh + h W_hh^T, V vectors of gates at a time: each vector of W loaded once for the R rows.
+// R rows of gh = bhh + h W_hh^T for the gates of panels [p0, p1), V vectors of gates at a time: each vector of W
+// loaded once for the R rows.
 template <int R, int V>
-inline void product_rows(int64_t H, int64_t Gp, const float* h, int64_t h_b, const float* whh, const float* bhh,
-                         float* gh) {
+inline void product_rows(int64_t H, int64_t Gp, int64_t p0, int64_t p1, const float* h, int64_t h_b,
+                         const float* whh, const float* bhh, float* gh) {
   using pt2rt::kernels::kPanel;
   static_assert(kPanel % (V * L) == 0, "a panel is whole blocks of accumulators");
-  for (int64_t p = 0; p < Gp; p += kPanel) {
+  for (int64_t p = p0 * kPanel; p < p1 * kPanel; p += kPanel) {
     const float* panel = whh + p * H;
     for (int64_t j0 = 0; j0 < kPanel; j0 += V * L) {
       vf acc[R][V];
@@ -112,80 +115,118 @@ inline void product_rows(int64_t H, int64_t Gp, const float* h, int64_t h_b, con
   }
 }
 
-// gh[b] = bhh + h[b] W_hh^T for the B rows of h (row b at h + b * h_b); whh packed in panels (rnn_kernel.h), gh
-// and bhh G_p = padded_gates(G) wide. One row: 8 vectors of gates per pass; several: 4 rows of 4 vectors (AVX2: 2),
-// so that W (the bulk of what a step reads) is read once for every 4 rows.
-inline void recurrent_product(int64_t B, int64_t H, int64_t Gp, const float* h, int64_t h_b, const float* whh,
-                              const float* bhh, float* gh) {
+// gh[b] = bhh + h[b] W_hh^T for the B rows of h (row b at h + b * h_b), the gates of panels [p0, p1); whh packed in
+// panels (rnn_kernel.h), gh and bhh G_p = padded_gates(G) wide. One row: 8 vectors of gates per pass; several: 4
+// rows of 4 vectors (AVX2: 2), so that W (the bulk of what a step reads) is read once for every 4 rows.
+inline void recurrent_product(int64_t B, int64_t H, int64_t Gp, int64_t p0, int64_t p1, const float* h,
+                              int64_t h_b, const float* whh, const float* bhh, float* gh) {
   int64_t b = 0;
-  for (; b + 4 <= B; b += 4) product_rows<4, kRowVectors>(H, Gp, h + b * h_b, h_b, whh, bhh, gh + b * Gp);
-  for (; b + 2 <= B; b += 2) product_rows<2, kBlockVectors / 2>(H, Gp, h + b * h_b, h_b, whh, bhh, gh + b * Gp);
-  for (; b < B; ++b) product_rows<1, kBlockVectors>(H, Gp, h + b * h_b, h_b, whh, bhh, gh + b * Gp);
+  for (; b + 4 <= B; b += 4) product_rows<4, kRowVectors>(H, Gp, p0, p1, h + b * h_b, h_b, whh, bhh, gh + b * Gp);
+  for (; b + 2 <= B; b += 2) {
+    product_rows<2, kBlockVectors / 2>(H, Gp, p0, p1, h + b * h_b, h_b, whh, bhh, gh + b * Gp);
+  }
+  for (; b < B; ++b) product_rows<1, kBlockVectors>(H, Gp, p0, p1, h + b * h_b, h_b, whh, bhh, gh + b * Gp);
 }
+
+// The new state of row b for units [j, j_end): the gates x (the input's) and g (the recurrent product's), the
+// previous state hp, an LSTM's cell c (updated in place); y gets the state.
+inline void update_state(RnnMode mode, int64_t H, int64_t j, int64_t j_end, const float* x, const float* g,
+                         const float* hp, float* c, float* y) {
+  if (mode == RnnMode::Gru) {
+    for (; j + L <= j_end; j += L) {
+      const vf r = sigmoid_v(loadv(x + j) + loadv(g + j));
+      const vf z = sigmoid_v(loadv(x + H + j) + loadv(g + H + j));
+      const vf n = tanh_v(loadv(x + 2 * H + j) + r * loadv(g + 2 * H + j));
+      storev(y + j, n + z * (loadv(hp + j) - n));
+    }
+    for (; j < j_end; ++j) {
+      const float r = sigmoid_s(x[j] + g[j]);
+      const float z = sigmoid_s(x[H + j] + g[H + j]);
+      const float n = std::tanh(x[2 * H + j] + r * g[2 * H + j]);
+      y[j] = n + z * (hp[j] - n);
+    }
+  } else if (mode == RnnMode::Lstm) {
+    for (; j + L <= j_end; j += L) {
+      const vf i = sigmoid_v(loadv(x + j) + loadv(g + j));
+      const vf f = sigmoid_v(loadv(x + H + j) + loadv(g + H + j));
+      const vf u = tanh_v(loadv(x + 2 * H + j) + loadv(g + 2 * H + j));
+      const vf o = sigmoid_v(loadv(x + 3 * H + j) + loadv(g + 3 * H + j));
+      const vf cj = f * loadv(c + j) + i * u;
+      storev(c + j, cj);
+      storev(y + j, o * tanh_v(cj));
+    }
+    for (; j < j_end; ++j) {
+      const float i = sigmoid_s(x[j] + g[j]);
+      const float f = sigmoid_s(x[H + j] + g[H + j]);
+      const float u = std::tanh(x[2 * H + j] + g[2 * H + j]);
+      const float o = sigmoid_s(x[3 * H + j] + g[3 * H + j]);
+      c[j] = f * c[j] + i * u;
+      y[j] = o * std::tanh(c[j]);
+    }
+  } else if (mode == RnnMode::Tanh) {
+    for (; j + L <= j_end; j += L) storev(y + j, tanh_v(loadv(x + j) + loadv(g + j)));
+    for (; j < j_end; ++j) y[j] = std::tanh(x[j] + g[j]);
+  } else {
+    for (; j + L <= j_end; j += L) {
+      const vf a = loadv(x + j) + loadv(g + j);
+      storev(y + j, a < splat(0.0f) ? splat(0.0f) : a);  // NaN stays NaN, as torch.relu
+    }
+    for (; j < j_end; ++j) {
+      const float a = x[j] + g[j];
+      y[j] = a < 0.0f ? 0.0f : a;
+    }
+  }
+}
+
+// One step of the recurrence, split in `parts` pieces: the product by gate panels, then the update by units.
+struct Step {
+  RnnMode mode;
+  int64_t B, H, Gp, parts;
+  const float *x, *h, *whh, *bhh;  // x: step t's input gates, row b at x + b * gi_b
+  int64_t gi_b, h_b, out_b;
+  float *gh, *cell, *y;            // y: step t's output rows
+
+  // piece `part` of n: [lo, hi) of `count` items, cut at multiples of `unit`
+  std::pair<int64_t, int64_t> share(int64_t part, int64_t n, int64_t count, int64_t unit) const {
+    const int64_t units = (count + unit - 1) / unit;
+    const int64_t lo = units * part / n * unit, hi = units * (part + 1) / n * unit;
+    return {std::min(lo, count), std::min(hi, count)};
+  }
+  void product(int64_t part) const {
+    const auto [p0, p1] = share(part, parts, Gp / pt2rt::kernels::kPanel, 1);
+    recurrent_product(B, H, Gp, p0, p1, h, h_b, whh, bhh, gh);
+  }
+  void update(int64_t part) const {
+    const auto [j0, j1] = share(part, parts, H, L);
+    for (int64_t b = 0; b < B; ++b) {
+      update_state(mode, H, j0, j1, x + b * gi_b, gh + b * Gp, h + b * h_b, cell + b * H, y + b * out_b);
+    }
+  }
+};
 
 void rnn_steps(RnnMode mode, int64_t T, int64_t B, int64_t H, const float* gi, int64_t gi_t, int64_t gi_b,
                const float* whh, const float* bhh, const float* h0, const float* c0, float* out, int64_t out_t,
-               int64_t out_b, bool reverse, float* hn, float* cn, float* scratch) {
+               int64_t out_b, bool reverse, float* hn, float* cn, float* scratch,
+               pt2rt::kernels::RnnParallelFn parallel, int64_t parts) {
   const int64_t G = mode == RnnMode::Gru ? 3 * H : mode == RnnMode::Lstm ? 4 * H : H;
   const int64_t Gp = pt2rt::kernels::padded_gates(G);
   float* cell = scratch + B * Gp;  // an LSTM's cell state, B x H, updated in place
   if (mode == RnnMode::Lstm) std::memcpy(cell, c0, sizeof(float) * B * H);
+  // no more pieces than gate panels or vectors of units; one when a step is too small to gain from more
+  parts = std::min({parts, Gp / pt2rt::kernels::kPanel, (H + L - 1) / L});
+  if (parallel == nullptr || B * H * Gp < pt2rt::kernels::kSplitStepFrom) parts = 1;
   const float* h = h0;
   int64_t h_b = H;
   for (int64_t s = 0; s < T; ++s) {
     const int64_t t = reverse ? T - 1 - s : s;
-    recurrent_product(B, H, Gp, h, h_b, whh, bhh, scratch);
-    for (int64_t b = 0; b < B; ++b) {
-      const float* x = gi + t * gi_t + b * gi_b;
-      const float* g = scratch + b * Gp;
-      const float* hp = h + b * h_b;
-      float* y = out + t * out_t + b * out_b;
-      int64_t j = 0;
-      if (mode == RnnMode::Gru) {
-        for (; j + L <= H; j += L) {
-          const vf r = sigmoid_v(loadv(x + j) + loadv(g + j));
-          const vf z = sigmoid_v(loadv(x + H + j) + loadv(g + H + j));
-          const vf n = tanh_v(loadv(x + 2 * H + j) + r * loadv(g + 2 * H + j));
-          storev(y + j, n + z * (loadv(hp + j) - n));
-        }
-        for (; j < H; ++j) {
-          const float r = sigmoid_s(x[j] + g[j]);
-          const float z = sigmoid_s(x[H + j] + g[H + j]);
-          const float n = std::tanh(x[2 * H + j] + r * g[2 * H + j]);
-          y[j] = n + z * (hp[j] - n);
-        }
-      } else if (mode == RnnMode::Lstm) {
-        float* c = cell + b * H;
-        for (; j + L <= H; j += L) {
-          const vf i = sigmoid_v(loadv(x + j) + loadv(g + j));
-          const vf f = sigmoid_v(loadv(x + H + j) + loadv(g + H + j));
-          const vf u = tanh_v(loadv(x + 2 * H + j) + loadv(g + 2 * H + j));
-          const vf o = sigmoid_v(loadv(x + 3 * H + j) + loadv(g + 3 * H + j));
-          const vf cj = f * loadv(c + j) + i * u;
-          storev(c + j, cj);
-          storev(y + j, o * tanh_v(cj));
-        }
-        for (; j < H; ++j) {
-          const float i = sigmoid_s(x[j] + g[j]);
-          const float f = sigmoid_s(x[H + j] + g[H + j]);
-          const float u = std::tanh(x[2 * H + j] + g[2 * H + j]);
-          const float o = sigmoid_s(x[3 * H + j] + g[3 * H + j]);
-          c[j] = f * c[j] + i * u;
-          y[j] = o * std::tanh(c[j]);
-        }
-      } else if (mode == RnnMode::Tanh) {
-        for (; j + L <= H; j += L) storev(y + j, tanh_v(loadv(x + j) + loadv(g + j)));
-        for (; j < H; ++j) y[j] = std::tanh(x[j] + g[j]);
-      } else {
-        for (; j + L <= H; j += L) {
-          const vf a = loadv(x + j) + loadv(g + j);
-          storev(y + j, a < splat(0.0f) ? splat(0.0f) : a);  // NaN stays NaN, as torch.relu
-        }
-        for (; j < H; ++j) {
-          const float a = x[j] + g[j];
-          y[j] = a < 0.0f ? 0.0f : a;
-        }
-      }
+    Step step{mode, B, H, Gp, std::max<int64_t>(parts, 1), gi + t * gi_t, h, whh, bhh, gi_b, h_b, out_b,
+              scratch, cell, out + t * out_t};
+    if (step.parts == 1) {
+      step.product(0);
+      step.update(0);
+    } else {  // each call returns when every piece is done: the update reads all the product's gates
+      parallel(step.parts, &step, [](void* ctx, int64_t part) { static_cast<const Step*>(ctx)->product(part); });
+      parallel(step.parts, &step, [](void* ctx, int64_t part) { static_cast<const Step*>(ctx)->update(part); });
     }
     h = out + t * out_t;
     h_b = out_b;

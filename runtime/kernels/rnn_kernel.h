@@ -21,10 +21,18 @@ inline int64_t padded_gates(int64_t G) { return (G + kPanel - 1) / kPanel * kPan
 //   h0: B x H; the state after step t goes to out + t * out_t + b * out_b (H floats), the last one to hn (B x H)
 //   c0, cn: an LSTM's cell state before and after (B x H; null otherwise)
 //   reverse: steps T-1 .. 0; scratch: B x (padded G + H) floats
+//   parallel, parts: each step's product and state update split into `parts` pieces run by `parallel` (the
+//   caller's threads; every piece computes its outputs exactly as one thread would), where a step is large enough
+//   to gain; null or parts <= 1: all on this thread
+using RnnParallelFn = void (*)(int64_t parts, void* ctx, void (*piece)(void* ctx, int64_t part));
 using RnnStepsFn = void (*)(RnnMode mode, int64_t T, int64_t B, int64_t H, const float* gi, int64_t gi_t,
                             int64_t gi_b, const float* whh, const float* bhh, const float* h0, const float* c0,
                             float* out, int64_t out_t, int64_t out_b, bool reverse, float* hn, float* cn,
-                            float* scratch);
+                            float* scratch, RnnParallelFn parallel, int64_t parts);
+
+// A step's multiply-adds from which splitting it across threads gains (two hand-offs per step cost a few us): an
+// LSTM of 256 (256 x 1024 per row) splits, a GRU of 64 does not.
+constexpr int64_t kSplitStepFrom = int64_t{1} << 17;
 
 RnnStepsFn rnn_steps_baseline();
 // null when the library was built without them (not x86-64)

@@ -1,6 +1,8 @@
 // pt2rt::rnn_layer and pt2rt::lstm_layer in lite: the same recurrence as libpt2rt_kernels.so's
 // (runtime/kernels/rnn_<isa>.cpp, chosen by cpuid), on shim tensors; the shapes as runtime/kernels/rnn.cpp takes
 // them.
+#include <omp.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -17,6 +19,12 @@ using pt2rt::kernels::RnnMode;
 using pt2rt::kernels::RnnStepsFn;
 
 namespace {
+
+// The pieces of a step on this runtime's OpenMP threads (rnn_kernel.h: RnnParallelFn).
+void omp_parallel(int64_t parts, void* ctx, void (*piece)(void* ctx, int64_t part)) {
+#pragma omp parallel for schedule(static)
+  for (int64_t p = 0; p < parts; ++p) piece(ctx, p);
+}
 
 // The recurrence of the instruction set lite's other kernels run (kernels.h: cpuid, narrowed by PT2RT_LITE_KERNELS)
 RnnStepsFn steps_fn() {
@@ -94,13 +102,15 @@ void run_layer(RnnMode mode, const ShimTensor& gi_t, const ShimTensor& h0_t, con
     float* o = static_cast<float*>(out->data());
     float* h = static_cast<float*>(hn->data());
     float* c = static_cast<float*>(cn->data());
-    // the directions at once where there are threads for them (each step waits for the one before)
+    // the directions at once where there are threads for them (each step waits for the one before); one direction
+    // splits its steps across them
+    const int64_t parts = D == 1 && !omp_in_parallel() ? omp_get_max_threads() : 1;
 #pragma omp parallel for schedule(static) if (D > 1)
     for (int64_t d = 0; d < D; ++d) {
       std::vector<float> scratch(static_cast<std::size_t>(B * (Gp + H)));
       steps(mode, T, B, H, gi.data + d * G, gi_s, gi_b, whh[d].data, bhh[d].data, h0.data + d * B * H,
             c0_t ? c0.data + d * B * H : nullptr, o + d * H, out_s, out_b, d == 1, h + d * B * H,
-            c0_t ? c + d * B * H : nullptr, scratch.data());
+            c0_t ? c + d * B * H : nullptr, scratch.data(), &omp_parallel, parts);
     }
   }
   *ret_out = as_handle(out.release());

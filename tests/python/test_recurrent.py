@@ -20,6 +20,10 @@ CONFIGS = [  # kind, input, hidden, layers, bidirectional, batch_first, batch, s
     ("rnn_relu", 7, 17, 2, True, True, 3, 6, False),
     ("lstm", 10, 32, 2, True, True, 2, 8, True),
     ("lstm", 6, 20, 1, False, False, 3, 5, False),
+    # one direction with steps large enough to split across the intra-op threads (rnn_kernel.h: kSplitStepFrom)
+    ("lstm", 40, 256, 1, False, True, 1, 12, True),
+    ("gru", 30, 256, 2, False, False, 2, 6, True),
+    ("rnn_tanh", 16, 520, 1, False, True, 1, 5, True),
 ]
 
 
@@ -182,6 +186,33 @@ def test_a_dynamic_batch_and_sequence_trace_through_the_kernels():
     with torch.no_grad():
         for g, e in zip(redone.module()(x, h0), model(x, h0)):
             torch.testing.assert_close(g, e, rtol=1e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("config", [c for c in CONFIGS if c[2] >= 256 and not c[4]], ids=lambda c: c[0])
+def test_steps_split_across_threads_give_one_threads_answer_bit_for_bit(config):
+    """A single direction splits each step's product (by gate panels) and update (by units) across the intra-op
+    threads: each value is computed as one thread computes it, whatever the thread count, NaN included."""
+    kind, i, h, layers, bi, bf, batch, steps, bias = config
+    torch.manual_seed(2)
+    m = module(kind, i, h, 1, bi, bf, bias)
+    x = torch.randn(batch, steps, i) if bf else torch.randn(steps, batch, i)
+    (x[:, -1] if bf else x[-1])[0, 0] = float("nan")  # the last step: the steps before it stay finite
+    h0, c0 = torch.randn(1, batch, h), torch.randn(1, batch, h)
+    saved = torch.get_num_threads()
+    results = {}
+    try:
+        for threads in (1, 2, 3):
+            torch.set_num_threads(threads)
+            with torch.no_grad():
+                results[threads] = layer_by_kernel(m, kind, 0, x, h0, c0)
+    finally:
+        torch.set_num_threads(saved)
+    assert results[1][0].isnan().any() and not results[1][0].isnan().all()
+    for threads in (2, 3):
+        for got, one in zip(results[threads], results[1]):
+            if one is not None and one.numel():
+                assert torch.equal(got.nan_to_num(7.0), one.nan_to_num(7.0)), (kind, threads)
+                assert torch.equal(got.isnan(), one.isnan()), (kind, threads)
 
 
 def test_the_kernel_of_every_isa_gives_torchs_answer():
