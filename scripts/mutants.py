@@ -325,10 +325,10 @@ mutant("recurrent: a weight packed once per use", "export_tools/passes.py",
        "        if key in seen:", "        if False:",
        pytest("tests/python/test_recurrent.py", "-k", "one_transpose"))
 mutant("kernels: the GRU's update gate applied the wrong way round", "runtime/kernels/rnn_impl.h",
-       "          storev(y + j, n + z * (loadv(hp + j) - n));", "          storev(y + j, z + n * (loadv(hp + j) - z));",
+       "      storev(y + j, n + z * (loadv(hp + j) - n));", "      storev(y + j, z + n * (loadv(hp + j) - z));",
        pytest("tests/python/test_recurrent.py", "-k", "kernel_gives"))
 mutant("kernels: an LSTM's cell state not carried to the next step", "runtime/kernels/rnn_impl.h",
-       "          storev(c + j, cj);", "",
+       "      storev(c + j, cj);", "",
        pytest("tests/python/test_recurrent.py", "-k", "kernel_gives"))
 mutant("kernels: the reverse direction run forwards", "runtime/kernels/rnn.cpp",
        "out.data_ptr<float>() + d * s.H, out_t, out_b, d == 1,", "out.data_ptr<float>() + d * s.H, out_t, out_b, false,",
