@@ -638,14 +638,15 @@ def test_outputs_that_view_an_input_are_copies_in_their_own_layout(tmp_path):
 
 class _Recurrent(torch.nn.Module):
     """Token ids, a 2-layer bidirectional GRU, an LSTM and a ReLU RNN (time-major): export_tools.recurrent's
-    pt2rt::rnn_layer and pt2rt::lstm_layer, which lite runs itself."""
+    pt2rt::rnn_layer and pt2rt::lstm_layer, which lite runs itself. The LSTM (one direction, 128 wide, 3 rows) is
+    large enough for its steps to split across the intra-op threads."""
 
     def __init__(self):
         super().__init__()
         self.embed = torch.nn.Embedding(100, 16)
         self.gru = torch.nn.GRU(16, 24, num_layers=2, bidirectional=True, batch_first=True)
-        self.lstm = torch.nn.LSTM(48, 20, batch_first=True)
-        self.rnn = torch.nn.RNN(20, 8, nonlinearity="relu")
+        self.lstm = torch.nn.LSTM(48, 128, batch_first=True)
+        self.rnn = torch.nn.RNN(128, 8, nonlinearity="relu")
         self.head = torch.nn.Linear(8, 5)
 
     def forward(self, tokens):
@@ -675,3 +676,13 @@ def test_recurrent_layers_run_in_lite_equal_to_eager(tmp_path):
             expected = model(x)
         for a, e in zip(torch.load(tmp_path / "y.pt"), expected):
             torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-5)
+        # the same bits at every thread count: a split step computes each value as one thread does
+        outputs = {}
+        for threads in (1, 2, 3):
+            result = subprocess.run([str(_pt2run_lite()), "run", str(path), "--input", str(tmp_path / "x.pt"),
+                                     "--output", str(tmp_path / "y.pt"), "--intra-op-threads", str(threads)],
+                                    capture_output=True, text=True, env=env)
+            assert result.returncode == 0, result.stderr
+            outputs[threads] = torch.load(tmp_path / "y.pt")
+        for threads in (2, 3):
+            assert all(torch.equal(a, b) for a, b in zip(outputs[threads], outputs[1])), (kernels, threads)

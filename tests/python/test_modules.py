@@ -25,6 +25,10 @@ def _imports(module: str) -> set[str]:
                 out.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("export_tools."):
             out.add(node.module.split(".")[1])
+        elif isinstance(node, ast.ImportFrom) and node.module == "export_tools":  # from export_tools import x
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.Import):  # import export_tools.x
+            out.update(a.name.split(".")[1] for a in node.names if a.name.startswith("export_tools."))
     return out - {module}
 
 
