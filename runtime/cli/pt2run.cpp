@@ -345,7 +345,7 @@ double percentile(std::vector<double> sorted, double p) {
 int cmd_bench(const std::string& package, const std::vector<std::string>& ops, const std::vector<std::string>& input_files,
               int warmup, int iters, int threads, int runners, bool json) {
   // Several callers: split the cores between them unless told otherwise (oversubscription costs throughput).
-  if (g_intra_op_threads == 0) g_intra_op_threads = std::max(1, pt2rt::usable_cores() / threads);
+  if (g_intra_op_threads == 0 && threads > 1) g_intra_op_threads = std::max(1, pt2rt::usable_cores() / threads);
   const pt2rt::Runtime rt = pt2rt::Runtime::load(package, options_for(ops, runners));
   auto inputs = input_files.empty() ? rt.example_inputs() : read_inputs(input_files, input_file_limit(rt.spec()));
   to_package_device(inputs, rt.spec());
