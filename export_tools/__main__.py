@@ -170,6 +170,8 @@ def _format_spec(spec: dict) -> str:
     for v in spec["variants"]:
         lines.append(f"variant      {v['isa']:<8} {v['arch']} model {v['model']}  {v['record']}  sha256 {v['sha256']}")
         lines.append(f"  features   {' '.join(v['cpu_features']) or '(baseline ' + v['arch'] + ')'}")
+        if v.get("packed_for"):
+            lines.append(f"  packed     weights laid out for oneDNN's {v['packed_for']} code")
     g = spec.get("golden") or {}
     tol = ", ".join(f"{k} rtol={v['rtol']:g} atol={v['atol']:g}" + (f" atol_rel={v['atol_rel']:g}" if "atol_rel" in v else "")
                     for k, v in g.get("tolerances", {}).items())

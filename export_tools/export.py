@@ -217,7 +217,7 @@ def _export_checked(model: torch.nn.Module, inputs: list[torch.Tensor], plan: _P
             out = tmp / name / path.name
             out.parent.mkdir()
             with _stage(f"compile ({name})"):
-                compiled.append((_compile(ep, out, name, plan.optimize, device), out))
+                compiled.append((*_compile(ep, out, name, plan.optimize, device), out))
             from . import passes
             problem = _constants_problem(name, _library_bytes(out), weights_bytes(model),
                                          passes.last_constants if device == "cpu" else [])
@@ -630,8 +630,8 @@ def _constants_problem(variant: str, library_bytes: int, weights: int,
 PARALLEL_LOOPS = {"cpp.dynamic_threads": True}
 
 
-def _compile(ep, out: Path, name: str, optimize: str, device: str) -> cpu.Variant:
-    """One CPU variant into its own package file. Each compile gets a fresh inductor cache: with a shared one, a
+def _compile(ep, out: Path, name: str, optimize: str, device: str) -> tuple[cpu.Variant, str | None]:
+    """One CPU variant into its own package file, and the oneDNN class its packed weights are for (None: none). Each compile gets a fresh inductor cache: with a shared one, a
     later compile of the same graph can be handed an earlier compile's generated code. A variant for another arch:
     inductor's C++ only, built by the cross compiler (export_tools.cross). optimize (export_package's): inductor
     freezes only with gradients off; export_tools.passes adds its settings to CPU compiles, oneDNN's packed
@@ -641,6 +641,7 @@ def _compile(ep, out: Path, name: str, optimize: str, device: str) -> cpu.Varian
 
     from . import cross, passes
 
+    packed_for = None
     try:
         freeze = optimize == "fold"
         with cpu.compiling(name) as variant, fresh_cache(), torch.no_grad() if freeze else contextlib.nullcontext(), \
@@ -657,11 +658,13 @@ def _compile(ep, out: Path, name: str, optimize: str, device: str) -> cpu.Varian
                                             "aot_inductor.precompile_headers": False}):
                     torch._inductor.aoti_compile_and_package(ep, package_path=str(sources))
                 cross.finish(sources, out, tc, variant.arch, variant.flags)
+            if packing["cpp.weight_prepack"] and passes.last_packed_calls:
+                packed_for = passes.packing_class(variant)
     except (CpuVariantError, TargetTorchError):  # the cross tools: their own message says what is missing
         raise
     except Exception as e:
         raise ExportError(f"aoti_compile_and_package failed for cpu_isa {name}: {first_line(e)}") from e
-    return variant
+    return variant, packed_for
 
 
 def _compile_lite(ep, out: Path, name: str, optimize: str, custom_ops: tuple[_lite.CustomOp, ...] = ()
@@ -714,16 +717,16 @@ def _variant_model_name(index: int, name: str) -> str:
     return "model" if index == 0 else f"{name}_model"
 
 
-def _finish_package(compiled: list[tuple[cpu.Variant, Path]], final: Path, spec: dict[str, Any],
+def _finish_package(compiled: list[tuple[cpu.Variant, str | None, Path]], final: Path, spec: dict[str, Any],
                     golden_bytes: bytes, lite_compiled: list[tuple[cpu.Variant, _lite.Library]] = ()) -> None:
     """One archive from the variants' packages: each variant's model folder under its own model name, the shared
     records once (they must agree), the spec with every variant's library SHA-256 in every model's metadata, and
-    the golden cases."""
+    the golden cases; a variant with packed weights names the oneDNN class they are for (packed_for)."""
     from torch.export.pt2_archive._package import PT2ArchiveReader
 
     records: dict[str, bytes] = {}
     spec["variants"] = []
-    for index, (variant, package) in enumerate(compiled):
+    for index, (variant, packed_for, package) in enumerate(compiled):
         model_name = _variant_model_name(index, variant.name)
         with PT2ArchiveReader(str(package)) as reader:
             names = [n for n in reader.get_file_names() if n != ".data/serialization_id"]  # the writer makes its own
@@ -752,6 +755,7 @@ def _finish_package(compiled: list[tuple[cpu.Variant, Path]], final: Path, spec:
             "compile_flags": list(variant.flags), "cpu_features": list(variant.cpu_features),
             "record": library_record,
             "sha256": hashlib.sha256(lib_bytes).hexdigest(), "size": len(lib_bytes),
+            **({"packed_for": packed_for} if packed_for else {}),
         })
     if lite_compiled:
         # a key of its own: runtimes that know no lite variants pass over it

@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 import torch
 
-from . import compat, cpu, libraries, recurrent
+from . import compat, cpu, libraries, passes, recurrent
 from . import golden as _golden
 from .errors import ExportError, first_line
 from .layout import GOLDEN_RECORD, MODELS_DIR, SPEC_FORMAT, SPEC_KEY
@@ -82,17 +82,32 @@ def read_golden(package_path: str | os.PathLike) -> list[_golden.Case]:
         return _golden.loads(reader.read_bytes(GOLDEN_RECORD))
 
 
+def _why_not_here(spec: dict[str, Any], variant: dict[str, Any]) -> str:
+    """Why this machine cannot run `variant` ("" when it can): CPU features it lacks, or weights packed for another
+    oneDNN class than this machine's (each call a reference kernel; pt2rt's why_variant_cannot_run)."""
+    if spec["device"] != "cpu":
+        return ""
+    lacking = cpu.runs_here(variant["arch"], variant["cpu_features"])
+    if lacking:
+        return f"needs {', '.join(lacking)}, which this machine lacks"
+    here = passes.onednn_class()
+    if variant.get("packed_for") not in (None, here):
+        return (f"has weights packed for oneDNN's {variant['packed_for']} code, and oneDNN runs its "
+                f"{here or 'baseline'} code here")
+    return ""
+
+
 def select_variant(spec: dict[str, Any], cpu_isa: str | None = None) -> dict[str, Any]:
     """The variant pt2rt would load here: `cpu_isa` if given, else the most specialised one this machine runs."""
     by_isa = {v["isa"]: v for v in spec["variants"]}
     if cpu_isa is not None:
         if cpu_isa not in by_isa:
             raise ExportError(f"the package has no CPU variant {cpu_isa} (it has: {', '.join(by_isa)})")
-        lacking = cpu.runs_here(by_isa[cpu_isa]["arch"], by_isa[cpu_isa]["cpu_features"])
-        if lacking and spec["device"] == "cpu":
-            raise ExportError(f"CPU variant {cpu_isa} needs {', '.join(lacking)}, which this machine lacks")
+        why = _why_not_here(spec, by_isa[cpu_isa])
+        if why:
+            raise ExportError(f"CPU variant {cpu_isa} {why}")
         return by_isa[cpu_isa]
-    runnable = [v for v in spec["variants"] if not cpu.runs_here(v["arch"], v["cpu_features"])]
+    runnable = [v for v in spec["variants"] if not _why_not_here(spec, v)]
     if not runnable:
         raise ExportError(f"no CPU variant of the package runs on this machine (it has: {', '.join(by_isa)})")
     return max(runnable, key=lambda v: len(v["cpu_features"]))
@@ -124,7 +139,7 @@ def verify_package(package_path: str | os.PathLike,
     cases = read_golden(package_path)
     report = []
     for variant in spec["variants"]:
-        if spec["device"] == "cpu" and cpu.runs_here(variant["arch"], variant["cpu_features"]):
+        if _why_not_here(spec, variant):
             continue
         runner = load_package(package_path, variant["isa"])
         for case in cases:
@@ -162,7 +177,7 @@ def compare_package(package_path: str | os.PathLike, model: torch.nn.Module,
             raise ExportError(f"case {index}: the eager model failed: {first_line(e)}") from e
     report = []
     for variant in spec["variants"]:
-        if spec["device"] == "cpu" and cpu.runs_here(variant["arch"], variant["cpu_features"]):
+        if _why_not_here(spec, variant):
             continue
         runner = load_package(package_path, variant["isa"])
         for index, (inputs, eager) in enumerate(zip(cases, expected)):

@@ -12,14 +12,16 @@ products where ATen's form of them is slow:
 so the adds fuse into the kernel of whatever follows (an activation, a residual add, a layer norm). The same
 operations as eager up to float rounding, NaN and inf included.
 
-`weight_packing(variant)`: oneDNN's packed weights (inductor's `cpp.weight_prepack`) for the depthwise convolutions,
-the small dense ones (a kernel larger than 1x1; ungrouped with at most PACK_MAX_POSITIONS output positions), the
-linear layers with a static row count and the LSTM layers, in the variants that only AVX-512 CPUs run, on an AVX-512
-build machine. oneDNN lays the weights out for the CPU class it runs on and falls back to a reference kernel where
-the class at run time differs, so the AVX2 and baseline variants stay unpacked; 1x1 convolutions are products
-instead (above). `SharedWeightProducts` makes the bmm rewrite above before freezing, so those products are packed
-too. `KeepNonFinite` keeps the activations inductor would fuse into the packed calls out of them where oneDNN's form
-differs from eager's on NaN (ReLU, clamps, hardsigmoid: NaN -> 0).
+`weight_packing(variant)`: oneDNN's packed weights (inductor's `cpp.weight_prepack`) for the depthwise convolutions
+and the small dense ones (a kernel larger than 1x1; ungrouped with at most PACK_MAX_POSITIONS output positions) in
+the native variant, and on an AVX-512 machine also for the linear layers with a static row count and the LSTM layers,
+in the avx512 variant too. oneDNN lays the weights out for the CPU class it runs on (`onednn_class`) and falls back
+to a reference kernel where the class at run time differs, so the spec records the class a variant was packed for
+(`packed_for`) and the runtimes pass over a variant packed for another class; the portable avx2 and default variants
+stay unpacked. On an AVX2 machine oneDNN's packed linear layers lost to MKL's products, so only the convolutions are
+packed there. 1x1 convolutions are products instead (above). `SharedWeightProducts` makes the bmm rewrite above
+before freezing, so those products are packed too. `KeepNonFinite` keeps the activations inductor would fuse into
+the packed calls out of them where oneDNN's form differs from eager's on NaN (ReLU, clamps, hardsigmoid: NaN -> 0).
 """
 
 from __future__ import annotations
@@ -115,10 +117,15 @@ class SharedWeightProducts(CustomGraphPass):
 # The constants of the last CPU compile's graph after freezing, (shape, dtype name, bytes) each: the exporter's size
 # check names what repeats from it (export._constants_problem).
 last_constants: list[tuple[tuple[int, ...], str, int]] = []
+# How many calls of the last CPU compile's graph take packed weights (oneDNN's or MKL's ops)
+last_packed_calls = 0
 
 
 def _census(graph: torch.fx.Graph) -> None:
+    global last_packed_calls
     last_constants.clear()
+    last_packed_calls = sum(1 for node in graph.nodes if node.op == "call_function"
+                            and getattr(node.target, "namespace", None) in ("mkldnn", "mkl"))
     for node in graph.nodes:
         val = node.meta.get("val") if node.op == "get_attr" else None
         if isinstance(val, torch.Tensor):
@@ -223,13 +230,15 @@ def _packed_linear(match: Any) -> bool:
     return isinstance(rows, int)
 
 
-# inductor's checks of what its freezing pass packs -> ours on top, while `weight_packing` is on
-_PACK_RULES = {"_is_packable_convolution": _packed_conv,
-               "_is_packable_linear": _packed_linear,
+# inductor's checks of what its freezing pass packs -> ours on top (given the CPU class), while `weight_packing` is on
+_PACK_RULES = {"_is_packable_convolution": lambda match, cls: _packed_conv(match),
+               # AVX2: oneDNN's packed products lost to MKL's (ViT-Tiny +16 %, BERT-base +44 % at one thread, on an
+               # AMD EPYC without AVX-512)
+               "_is_packable_linear": lambda match, cls: cls == "avx512" and _packed_linear(match),
                # LSTM layers: their packing does not depend on the input's shape (the LSTM at batch 1: -17 % / -9 %
-               # on 1 / 2 threads on an AMD EPYC, batch 8 -1 %; within noise on an Intel Xeon)
-               "_is_packable_mkldnn_rnn_layer": lambda match: True}
-_packing_on = False
+               # on 1 / 2 threads on an AMD EPYC with AVX-512, batch 8 -1 %; within noise on an Intel Xeon and on AVX2)
+               "_is_packable_mkldnn_rnn_layer": lambda match, cls: cls == "avx512"}
+_packing_class: str | None = None
 
 
 # layout operations the packing patterns apply to a weight before packing it (a linear layer's transpose)
@@ -289,28 +298,51 @@ def _restrict_packing() -> bool:
                     # inductor applies its packing patterns, once registered, to every later freezing compile of
                     # the process, whatever its cpp.weight_prepack: gate them on it
                     return (config.cpp.weight_prepack and _inductors(match)
-                            and (not _packing_on or _ours(match)))
+                            and (_packing_class is None or _ours(match, _packing_class)))
 
                 entry.extra_check = restricted
     return found == set(_PACK_RULES)
 
 
-def packs_weights(variant: Any) -> bool:
-    """Whether `variant`'s CPU compile (None: none) packs convolution weights (the module's docstring)."""
+_AVX512 = frozenset({"avx512f", "avx512bw", "avx512dq", "avx512vl"})
+
+
+def onednn_class(features: frozenset[str] | None = None) -> str | None:
+    """The class of code oneDNN runs on a CPU with `features` (default: this machine's) - "avx512", "avx2" or None
+    (neither) - which packed weights are laid out for; ONEDNN_MAX_CPU_ISA (or DNNL_MAX_CPU_ISA) caps it, as in oneDNN.
+    runtime/src/cpu_features.cpp's onednn_cpu_class is the runtime's copy."""
     from . import cpu
 
-    avx512 = {"avx512f", "avx512bw", "avx512dq", "avx512vl"}
-    return (variant is not None and variant.arch == "x86_64" == cpu.host_arch()
-            and variant.name in (cpu.NATIVE, "avx512") and avx512 <= cpu.host_features()
-            and torch.backends.mkldnn.is_available()
-            and not any(os.environ.get(k) for k in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")))
+    if cpu.host_arch() != "x86_64":
+        return None
+    features = cpu.host_features() if features is None else features
+    cls = "avx512" if _AVX512 <= features else "avx2" if {"avx2", "fma"} <= features else None
+    cap = (os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or "").upper()
+    if not cap or cap in ("ALL", "DEFAULT") or cap.startswith(("AVX512", "AVX10")):
+        return cls
+    return cls and "avx2" if cap.startswith("AVX2") else None
+
+
+def packing_class(variant: Any) -> str | None:
+    """The oneDNN class `variant`'s CPU compile (None: none) packs weights for, or None where it packs none (the
+    module's docstring): the native variant on an AVX2 or AVX-512 machine, the avx512 one on an AVX-512 machine."""
+    from . import cpu
+
+    if (variant is None or variant.arch != "x86_64" or not torch.backends.mkldnn.is_available()
+            or any(os.environ.get(k) for k in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"))):
+        return None
+    cls = onednn_class()
+    if variant.name == cpu.NATIVE or (variant.name == "avx512" and cls == "avx512"):
+        return cls
+    return None
 
 
 @contextlib.contextmanager
 def weight_packing(variant: Any) -> Iterator[dict[str, Any]]:
     """The inductor settings of `variant`'s compile that concern packed weights, our packing rules on meanwhile."""
-    global _packing_on
-    if not packs_weights(variant):
+    global _packing_class
+    cls = packing_class(variant)
+    if cls is None:
         yield {"cpp.weight_prepack": False}
         return
     if not _restrict_packing():
@@ -318,11 +350,11 @@ def weight_packing(variant: Any) -> Iterator[dict[str, Any]]:
                     "nothing packed")
         yield {"cpp.weight_prepack": False}
         return
-    _packing_on = True
+    _packing_class = cls
     try:
         yield {"cpp.weight_prepack": True, "post_grad_custom_pre_pass": KeepNonFinite()}
     finally:
-        _packing_on = False
+        _packing_class = None
 
 
 def cpu_inductor_config() -> dict[str, Any]:

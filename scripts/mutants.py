@@ -244,10 +244,17 @@ mutant("export compat: a package of a newer torch loads", "export_tools/compat.p
 mutant("export compat: a package older than the range loads", "export_tools/compat.py",
        "    if made < OLDEST:", "    if False:",
        pytest("tests/python/test_compat.py", "-k", "loads_under_its_torch"))
-mutant("export: weights packed in the AVX2 variant too", "export_tools/passes.py",
-       '            and variant.name in (cpu.NATIVE, "avx512") and avx512 <= cpu.host_features()',
-       '            and variant.name in (cpu.NATIVE, "avx512", "avx2") and avx512 <= cpu.host_features()',
+mutant("export: weights packed in the portable AVX2 variant too", "export_tools/passes.py",
+       '    if variant.name == cpu.NATIVE or (variant.name == "avx512" and cls == "avx512"):',
+       '    if variant.name in (cpu.NATIVE, "avx2") or (variant.name == "avx512" and cls == "avx512"):',
        pytest("tests/python/test_export.py", "-k", "packed_only_in_variants"))
+mutant("export: linear layers packed on AVX2 (slower than MKL there)", "export_tools/passes.py",
+       '"_is_packable_linear": lambda match, cls: cls == "avx512" and _packed_linear(match),',
+       '"_is_packable_linear": lambda match, cls: _packed_linear(match),',
+       pytest("tests/python/test_export.py", "-k", "packed_only_in_variants"))
+mutant("variant: weights packed for another oneDNN class run", "runtime/src/cpu_features.cpp",
+       "    if (v.packed_for != here) {", "    if (false) {",
+       ctest("^Variants[.]"))
 mutant("export: ReLU left for oneDNN to fuse (NaN becomes 0)", "export_tools/passes.py",
        "            if node.target is aten.relu.default:", "            if False:",
        pytest("tests/python/test_export.py", "-k", "keeping_nan_as_eager"))

@@ -85,7 +85,7 @@ pt2rt::Spec printable_spec(pt2rt::Spec s) {
   }
   for (auto* list : {&s.variants, &s.lite_variants}) {
     for (auto& v : *list) {
-      for (auto* f : {&v.isa, &v.model, &v.arch, &v.record, &v.sha256}) *f = printable(*f);
+      for (auto* f : {&v.isa, &v.model, &v.arch, &v.record, &v.sha256, &v.packed_for}) *f = printable(*f);
       for (auto& f : v.cpu_features) f = printable(f);
     }
   }
@@ -141,6 +141,7 @@ int cmd_info(const std::string& package, bool json) {
          << (lite ? std::string() : ", model " + v.model) << ", " << v.record << "  sha256 " << v.sha256 << "\n"
          << "  features   " << (v.cpu_features.empty() ? "(baseline " + v.arch + ")" : join(v.cpu_features, " "))
          << "\n";
+      if (!v.packed_for.empty()) os << "  packed     weights laid out for oneDNN's " << v.packed_for << " code\n";
       if (!why.empty()) os << "  not here   " << why << "\n";
     }
   }
@@ -155,6 +156,7 @@ int cmd_host(bool json) {
   const auto have = pt2rt::host_cpu_features(), known = pt2rt::known_cpu_features();
   if (json) {
     std::cout << nlohmann::json{{"arch", pt2rt::host_arch()}, {"cpu_features", have}, {"known_cpu_features", known},
+                                {"onednn_class", pt2rt::onednn_cpu_class()},
                                 {"torch", pt2rt::torch_version()}, {"pt2rt", pt2rt::version()}}
                      .dump(2)
               << "\n";
@@ -162,6 +164,7 @@ int cmd_host(bool json) {
   }
   std::cout << "arch         " << pt2rt::host_arch() << "\n"
             << "cpu features " << join(have, " ") << "\n"
+            << "oneDNN class " << (pt2rt::onednn_cpu_class().empty() ? "baseline" : pt2rt::onednn_cpu_class()) << "\n"
             << "runtime      " << (pt2rt::is_lite() ? "pt2rt-lite " : "pt2rt ") << pt2rt::version() << ", torch "
             << pt2rt::torch_version() << "\n";
   return kExitOk;

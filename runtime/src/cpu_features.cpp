@@ -5,9 +5,11 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <initializer_list>
 #include <set>
 #include <string>
 #include <thread>
@@ -216,6 +218,25 @@ std::vector<std::string> host_cpu_features() {
 
 std::vector<std::string> known_cpu_features() { return known(); }
 
+std::string onednn_cpu_class() {
+  const auto& have = host_set();
+  const auto all = [&have](std::initializer_list<const char*> names) {
+    return std::all_of(names.begin(), names.end(), [&have](const char* n) { return have.count(n) > 0; });
+  };
+  std::string cls;
+  if (std::string(kArch) == "x86_64") {
+    cls = all({"avx512f", "avx512bw", "avx512dq", "avx512vl"}) ? "avx512" : all({"avx2", "fma"}) ? "avx2" : "";
+  }
+  // oneDNN's cap (export_tools.passes.onednn_class reads it the same way)
+  const char* cap = std::getenv("ONEDNN_MAX_CPU_ISA");
+  if (cap == nullptr || *cap == '\0') cap = std::getenv("DNNL_MAX_CPU_ISA");
+  if (cap == nullptr || *cap == '\0') return cls;
+  std::string upper(cap);
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (upper == "ALL" || upper == "DEFAULT" || upper.rfind("AVX512", 0) == 0 || upper.rfind("AVX10", 0) == 0) return cls;
+  return upper.rfind("AVX2", 0) == 0 && !cls.empty() ? "avx2" : "";
+}
+
 std::string why_variant_cannot_run(const Variant& v) {
   if (v.arch != kArch) return "it is for " + v.arch + ", this host is " + kArch;
   static const std::vector<std::string> names = known();
@@ -229,6 +250,15 @@ std::string why_variant_cannot_run(const Variant& v) {
   }
   if (!unknown.empty()) return "it needs CPU features this runtime does not know: " + join(unknown);
   if (!missing.empty()) return "this CPU lacks " + join(missing);
+  if (!v.packed_for.empty()) {
+    const std::string here = onednn_cpu_class();
+    if (v.packed_for != here) {
+      return "its weights are packed for oneDNN's " + v.packed_for + " code and oneDNN runs its " +
+             (here.empty() ? "baseline" : here) +
+             " code here (each packed call would take a reference kernel; export it on a CPU of this kind, or "
+             "with --cpu-isa avx2 for a variant without packed weights)";
+    }
+  }
   return "";
 }
 

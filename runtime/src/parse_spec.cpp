@@ -121,6 +121,7 @@ Variant parse_variant(const nlohmann::json& j, const std::string& path) {
   v.sha256 = j.at("sha256").get<std::string>();
   v.size = integer(j.at("size"), "variant " + v.isa + " size", path);
   if (v.size < 0) malformed(path, "variant " + v.isa + " size is negative");
+  if (j.contains("packed_for")) v.packed_for = j.at("packed_for").get<std::string>();
   return v;
 }
 

@@ -174,6 +174,41 @@ TEST(Variants, TheMostSpecialisedRunnableOneIsSelected) {
   }
 }
 
+TEST(Variants, WeightsPackedForAnotherOneDnnClassAreNotRunHere) {
+  const bool avx512 = has("avx512f") && has("avx512bw") && has("avx512dq") && has("avx512vl");
+  const std::string here = pt2rt::onednn_cpu_class();
+  EXPECT_EQ(here, avx512 ? "avx512" : has("avx2") && has("fma") ? "avx2" : "");
+  const auto packed = [](const std::string& cls) {
+    pt2rt::Variant v = variant("native", {"avx2", "fma"});
+    v.packed_for = cls;
+    return v;
+  };
+  const std::string other = here == "avx512" ? "avx2" : "avx512";
+  if (!here.empty()) EXPECT_EQ(pt2rt::why_variant_cannot_run(packed(here)), "");
+  EXPECT_EQ(pt2rt::why_variant_cannot_run(packed(other)).rfind("its weights are packed for oneDNN's " + other +
+                                                                   " code and oneDNN runs its " +
+                                                                   (here.empty() ? "baseline" : here) + " code here",
+                                                               0),
+            0u)
+      << pt2rt::why_variant_cannot_run(packed(other));
+  // the unpacked variant beside one packed for another class, though that one may use more features
+  const auto spec = spec_of({variant("default", {}), packed(other)});
+  EXPECT_EQ(spec.variants[pt2rt::select_variant(spec)].isa, "default");
+  // oneDNN's cap ($ONEDNN_MAX_CPU_ISA, else $DNNL_MAX_CPU_ISA), as oneDNN reads it
+  setenv("ONEDNN_MAX_CPU_ISA", "SSE41", 1);
+  EXPECT_EQ(pt2rt::onednn_cpu_class(), "");
+  if (!here.empty()) EXPECT_NE(pt2rt::why_variant_cannot_run(packed(here)), "");
+  setenv("ONEDNN_MAX_CPU_ISA", "avx2_vnni", 1);
+  EXPECT_EQ(pt2rt::onednn_cpu_class(), here.empty() ? "" : "avx2");
+  setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_AMX", 1);
+  EXPECT_EQ(pt2rt::onednn_cpu_class(), here);
+  unsetenv("ONEDNN_MAX_CPU_ISA");
+  setenv("DNNL_MAX_CPU_ISA", "AVX2", 1);
+  EXPECT_EQ(pt2rt::onednn_cpu_class(), here.empty() ? "" : "avx2");
+  unsetenv("DNNL_MAX_CPU_ISA");
+  EXPECT_EQ(pt2rt::onednn_cpu_class(), here);
+}
+
 TEST(Variants, PackageLoadsTheBestVariantAndEachCanBeForced) {
   const pt2rt::Spec spec = pt2rt::Runtime::read_spec(kNet);
   ASSERT_EQ(spec.variants.size(), 3u);
@@ -244,6 +279,7 @@ TEST(Variants, Pt2runHostJsonIsWhatTheRuntimeSees) {
   EXPECT_EQ(j.at("arch"), pt2rt::host_arch());
   EXPECT_EQ(j.at("cpu_features").get<std::vector<std::string>>(), pt2rt::host_cpu_features());
   EXPECT_EQ(j.at("known_cpu_features").get<std::vector<std::string>>(), pt2rt::known_cpu_features());
+  EXPECT_EQ(j.at("onednn_class"), pt2rt::onednn_cpu_class());
 }
 
 TEST(Variants, TheLibraryReadsNoEnvironmentOnlyItsOptions) {

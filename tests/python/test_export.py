@@ -504,29 +504,43 @@ class _Activations(torch.nn.Module):
 
 def test_weights_are_packed_only_in_variants_for_the_build_machines_cpu_class(monkeypatch):
     """oneDNN lays packed weights out for the CPU class it runs on (another class at run time: a reference kernel,
-    15x slower), so only the native and avx512 variants built on an AVX-512 machine pack."""
+    15x slower), so only the native variant (and the avx512 one built on an AVX-512 machine) packs, for the class
+    the spec then names (packed_for)."""
     from export_tools import cpu, passes
 
     def variant(name, arch="x86_64"):
         return cpu.Variant(name=name, arch=arch, vec_isa="", flags=(), cpu_features=())
 
-    avx512 = frozenset({"avx2", "avx512f", "avx512bw", "avx512dq", "avx512vl"})
+    avx512 = frozenset({"avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl"})
     monkeypatch.setattr(cpu, "host_arch", lambda: "x86_64")
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
     monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
     monkeypatch.setattr(cpu, "host_features", lambda: avx512)
-    assert [passes.packs_weights(variant(n)) for n in ("native", "avx512", "avx2", "default")] == \
-        [True, True, False, False]
-    assert not passes.packs_weights(variant("neon", "aarch64")) and not passes.packs_weights(None)
-    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # oneDNN held below the variant's class while exporting
-    assert not passes.packs_weights(variant("native"))
+    assert [passes.packing_class(variant(n)) for n in ("native", "avx512", "avx2", "default")] == \
+        ["avx512", "avx512", None, None]
+    assert passes.packing_class(variant("neon", "aarch64")) is None and passes.packing_class(None) is None
+    for cap, cls in (("AVX2", "avx2"), ("avx2_vnni", "avx2"), ("SSE41", None), ("AVX512_CORE_AMX", "avx512"),
+                     ("ALL", "avx512")):
+        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)  # oneDNN's cap, as oneDNN reads it
+        assert passes.onednn_class() == cls, cap
+        assert passes.packing_class(variant("native")) is None  # nothing packed while oneDNN is capped
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
-    monkeypatch.setattr(cpu, "host_features", lambda: frozenset({"avx2", "fma"}))  # an AVX2 machine
-    assert not any(passes.packs_weights(variant(n)) for n in ("native", "avx512", "avx2"))
+    monkeypatch.setenv("DNNL_MAX_CPU_ISA", "AVX2")
+    assert passes.onednn_class() == "avx2"
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA")
+    monkeypatch.setattr(cpu, "host_features", lambda: frozenset({"avx", "avx2", "fma"}))  # an AVX2 machine
+    assert [passes.packing_class(variant(n)) for n in ("native", "avx512", "avx2", "default")] == \
+        ["avx2", None, None, None]
+    # on AVX2 the convolutions only: oneDNN's packed linear layers lost to MKL's products there
+    assert not passes._PACK_RULES["_is_packable_linear"](None, "avx2")
+    assert not passes._PACK_RULES["_is_packable_mkldnn_rnn_layer"](None, "avx2")
+    assert passes._PACK_RULES["_is_packable_mkldnn_rnn_layer"](None, "avx512")
+    monkeypatch.setattr(cpu, "host_features", lambda: frozenset({"sse4_2", "avx"}))  # neither class
+    assert passes.onednn_class() is None and passes.packing_class(variant("native")) is None
 
 
-def test_optimize_folds_the_weights_by_default_keeping_nan_as_eager(tmp_path):
-    from export_tools import cpu, passes
+def test_optimize_folds_the_weights_by_default_keeping_nan_as_eager(tmp_path, monkeypatch):
+    from export_tools import cpu, package, passes
 
     torch.manual_seed(0)
     model = _Activations().eval()
@@ -556,10 +570,22 @@ def test_optimize_folds_the_weights_by_default_keeping_nan_as_eager(tmp_path):
     # fold: the weights compiled in as constants (the batch norms folded); the five 3x3 and the depthwise
     # convolutions and the linear layer packed for oneDNN on an AVX-512 machine (one with the residual add), the
     # grouped one ATen's
+    # (the linear layer on AVX-512 only: on AVX2 oneDNN's packed products lost to MKL's)
     native = cpu.Variant(name="native", arch=cpu.host_arch(), vec_isa="", flags=(), cpu_features=())
+    packed_for = passes.packing_class(native)
     assert b"_frozen_param" in libraries["fold"] and b"aoti_torch_cpu_convolution" in libraries["fold"]
-    assert (b"mkldnn__convolution_pointwise" in libraries["fold"]) == passes.packs_weights(native)
-    assert (b"aoti_torch_cpu__linear_pointwise" in libraries["fold"]) == passes.packs_weights(native)
+    assert (b"mkldnn__convolution_pointwise" in libraries["fold"]) == (packed_for is not None)
+    assert (b"aoti_torch_cpu__linear_pointwise" in libraries["fold"]) == (packed_for == "avx512")
+    # the spec names the class the native variant's weights are packed for; the runtimes pass it over elsewhere
+    spec = read_spec(tmp_path / "fold.pt2")
+    assert [v.get("packed_for") for v in spec["variants"]] == [packed_for, None]
+    if packed_for is not None:
+        assert package.select_variant(spec)["isa"] == "native"
+        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "SSE41")
+        assert package.select_variant(spec)["isa"] == "avx2"
+        with pytest.raises(ExportError, match=f"CPU variant native has weights packed for oneDNN's {packed_for} "
+                                              f"code, and oneDNN runs its baseline code here"):
+            package.select_variant(spec, "native")
     # the 1x1 convolution: a product, its (folded) bias added in the ReLU's kernel (export_tools.passes)
     assert b"aoti_torch_cpu_mm_out" in libraries["fold"] and b"addmm" not in libraries["fold"]
     assert b"_frozen_param" not in libraries["none"] and b"_pointwise" not in libraries["none"]

@@ -170,6 +170,9 @@ struct Variant {
   std::string record;  // its compiled library inside the package
   std::string sha256;
   int64_t size = 0;
+  // The oneDNN class its packed weights are laid out for ("avx2", "avx512"; onednn_cpu_class()), "" for none: on a
+  // CPU where oneDNN runs another class each packed call takes a reference kernel, so such a variant is not run there.
+  std::string packed_for;
 };
 
 // An output passes when |actual - expected| <= atol' + rtol * |expected| elementwise, with atol' = atol_rel * the
@@ -332,7 +335,12 @@ PT2RT_API void save_tensors(const std::string& path, const std::vector<Tensor>& 
 PT2RT_API const char* host_arch();
 PT2RT_API std::vector<std::string> host_cpu_features();
 PT2RT_API std::vector<std::string> known_cpu_features();
-// Why this host cannot run a variant (another arch, CPU features it lacks or this runtime does not know); "" if it can.
+// The class of code oneDNN runs on this host, which packed weights are laid out for: "avx512" (AVX-512 F/BW/DQ/VL),
+// "avx2" (AVX2 + FMA) or "" (neither, or not x86-64), capped as oneDNN caps it by $ONEDNN_MAX_CPU_ISA
+// ($DNNL_MAX_CPU_ISA).
+PT2RT_API std::string onednn_cpu_class();
+// Why this host cannot run a variant (another arch, CPU features it lacks or this runtime does not know, weights
+// packed for another oneDNN class); "" if it can.
 PT2RT_API std::string why_variant_cannot_run(const Variant& variant);
 // The index of the variant Runtime::load would take with Options::cpu_isa = cpu_isa (see there); Error(Package)
 // naming the package's variants when none fits.
