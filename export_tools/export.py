@@ -218,6 +218,9 @@ def _export_checked(model: torch.nn.Module, inputs: list[torch.Tensor], plan: _P
             out.parent.mkdir()
             with _stage(f"compile ({name})"):
                 compiled.append((*_compile(ep, out, name, plan.optimize, device), out))
+            if compiled[-1][1] == "avx2" and not {"avx512", "avx2", "default"} & set(plan.variants):
+                log.warning("the %s variant's weights are packed for oneDNN's AVX2 code, so CPUs with AVX-512 will "
+                            "not load this package: add a portable variant for them (cpu_isa %s,avx2)", name, name)
             from . import passes
             problem = _constants_problem(name, _library_bytes(out), weights_bytes(model),
                                          passes.last_constants if device == "cpu" else [])
@@ -648,6 +651,7 @@ def _compile(ep, out: Path, name: str, optimize: str, device: str) -> tuple[cpu.
                 passes.weight_packing(variant if device == "cpu" and freeze else None) as packing, \
                 inductor_config.patch({"freezing": freeze, **packing, **PARALLEL_LOOPS,
                                        **(passes.cpu_inductor_config() if device == "cpu" else {})}):
+            passes.packed_weights(reset=True)
             if variant.arch == cpu.host_arch():
                 torch._inductor.aoti_compile_and_package(ep, package_path=str(out))
             else:
@@ -658,7 +662,7 @@ def _compile(ep, out: Path, name: str, optimize: str, device: str) -> tuple[cpu.
                                             "aot_inductor.precompile_headers": False}):
                     torch._inductor.aoti_compile_and_package(ep, package_path=str(sources))
                 cross.finish(sources, out, tc, variant.arch, variant.flags)
-            if packing["cpp.weight_prepack"] and passes.last_packed_calls:
+            if packing["cpp.weight_prepack"] and passes.packed_weights():
                 packed_for = passes.packing_class(variant)
     except (CpuVariantError, TargetTorchError):  # the cross tools: their own message says what is missing
         raise

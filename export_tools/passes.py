@@ -117,15 +117,8 @@ class SharedWeightProducts(CustomGraphPass):
 # The constants of the last CPU compile's graph after freezing, (shape, dtype name, bytes) each: the exporter's size
 # check names what repeats from it (export._constants_problem).
 last_constants: list[tuple[tuple[int, ...], str, int]] = []
-# How many calls of the last CPU compile's graph take packed weights (oneDNN's or MKL's ops)
-last_packed_calls = 0
-
-
 def _census(graph: torch.fx.Graph) -> None:
-    global last_packed_calls
     last_constants.clear()
-    last_packed_calls = sum(1 for node in graph.nodes if node.op == "call_function"
-                            and getattr(node.target, "namespace", None) in ("mkldnn", "mkl"))
     for node in graph.nodes:
         val = node.meta.get("val") if node.op == "get_attr" else None
         if isinstance(val, torch.Tensor):
@@ -307,20 +300,25 @@ def _restrict_packing() -> bool:
 _AVX512 = frozenset({"avx512f", "avx512bw", "avx512dq", "avx512vl"})
 
 
+# oneDNN's names of the ISAs it may be capped at (ONEDNN_MAX_CPU_ISA, lower-cased, exactly; any other value caps
+# nothing) below AVX-512, by the class of code they leave it
+_CAPS_BELOW_AVX512 = {"sse41": None, "avx": None, "avx2": "avx2", "avx2_vnni": "avx2", "avx2_vnni_2": "avx2"}
+
+
 def onednn_class(features: frozenset[str] | None = None) -> str | None:
     """The class of code oneDNN runs on a CPU with `features` (default: this machine's) - "avx512", "avx2" or None
-    (neither) - which packed weights are laid out for; ONEDNN_MAX_CPU_ISA (or DNNL_MAX_CPU_ISA) caps it, as in oneDNN.
-    runtime/src/cpu_features.cpp's onednn_cpu_class is the runtime's copy."""
+    (neither) - which packed weights are laid out for; ONEDNN_MAX_CPU_ISA (else DNNL_MAX_CPU_ISA) caps it, as in
+    oneDNN. runtime/src/cpu_features.cpp's onednn_cpu_class is the runtime's copy."""
     from . import cpu
 
     if cpu.host_arch() != "x86_64":
         return None
     features = cpu.host_features() if features is None else features
     cls = "avx512" if _AVX512 <= features else "avx2" if {"avx2", "fma"} <= features else None
-    cap = (os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or "").upper()
-    if not cap or cap in ("ALL", "DEFAULT") or cap.startswith(("AVX512", "AVX10")):
+    cap = (os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or "").lower()
+    if cap not in _CAPS_BELOW_AVX512:
         return cls
-    return cls and "avx2" if cap.startswith("AVX2") else None
+    return _CAPS_BELOW_AVX512[cap] if cls else None
 
 
 def packing_class(variant: Any) -> str | None:
@@ -335,6 +333,22 @@ def packing_class(variant: Any) -> str | None:
     if variant.name == cpu.NATIVE or (variant.name == "avx512" and cls == "avx512"):
         return cls
     return None
+
+
+# inductor's counts of the weights its freezing patterns packed (oneDNN's and, for quantized models, its int8 ones)
+_PACK_COUNTERS = ("mkldnn_conv_weight_pack_matcher_count", "mkldnn_linear_weight_pack_matcher_count",
+                  "mkldnn_rnn_weight_pack_matcher_count", "qconv_weight_prepack_matcher_count",
+                  "qlinear_weight_prepack_matcher_count")
+
+
+def packed_weights(reset: bool = False) -> int:
+    """How many weights inductor packed since the last reset (reset: start counting anew, returns 0)."""
+    from torch._dynamo.utils import counters
+
+    if reset:
+        for key in _PACK_COUNTERS:
+            counters["inductor"].pop(key, None)
+    return sum(counters["inductor"].get(key, 0) for key in _PACK_COUNTERS)
 
 
 @contextlib.contextmanager

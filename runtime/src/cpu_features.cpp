@@ -227,14 +227,16 @@ std::string onednn_cpu_class() {
   if (std::string(kArch) == "x86_64") {
     cls = all({"avx512f", "avx512bw", "avx512dq", "avx512vl"}) ? "avx512" : all({"avx2", "fma"}) ? "avx2" : "";
   }
-  // oneDNN's cap (export_tools.passes.onednn_class reads it the same way)
+  // oneDNN's cap, as oneDNN reads it: lower-cased, one of its ISA names exactly, any other value capping nothing
+  // (export_tools.passes.onednn_class reads it the same way)
   const char* cap = std::getenv("ONEDNN_MAX_CPU_ISA");
   if (cap == nullptr || *cap == '\0') cap = std::getenv("DNNL_MAX_CPU_ISA");
-  if (cap == nullptr || *cap == '\0') return cls;
-  std::string upper(cap);
-  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  if (upper == "ALL" || upper == "DEFAULT" || upper.rfind("AVX512", 0) == 0 || upper.rfind("AVX10", 0) == 0) return cls;
-  return upper.rfind("AVX2", 0) == 0 && !cls.empty() ? "avx2" : "";
+  if (cap == nullptr || cls.empty()) return cls;
+  std::string lower(cap);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "sse41" || lower == "avx") return "";
+  if (lower == "avx2" || lower == "avx2_vnni" || lower == "avx2_vnni_2") return "avx2";
+  return cls;
 }
 
 std::string why_variant_cannot_run(const Variant& v) {

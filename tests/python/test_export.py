@@ -520,7 +520,7 @@ def test_weights_are_packed_only_in_variants_for_the_build_machines_cpu_class(mo
         ["avx512", "avx512", None, None]
     assert passes.packing_class(variant("neon", "aarch64")) is None and passes.packing_class(None) is None
     for cap, cls in (("AVX2", "avx2"), ("avx2_vnni", "avx2"), ("SSE41", None), ("AVX512_CORE_AMX", "avx512"),
-                     ("ALL", "avx512")):
+                     ("ALL", "avx512"), ("avx-2", "avx512")):  # not one of oneDNN's names: no cap
         monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)  # oneDNN's cap, as oneDNN reads it
         assert passes.onednn_class() == cls, cap
         assert passes.packing_class(variant("native")) is None  # nothing packed while oneDNN is capped
@@ -568,8 +568,7 @@ def test_optimize_folds_the_weights_by_default_keeping_nan_as_eager(tmp_path, mo
         assert torch.equal(got.isnan(), expected.isnan()) and expected.isnan().sum() > 1000
         assert torch.allclose(got, expected, atol=1e-5, equal_nan=True)
     # fold: the weights compiled in as constants (the batch norms folded); the five 3x3 and the depthwise
-    # convolutions and the linear layer packed for oneDNN on an AVX-512 machine (one with the residual add), the
-    # grouped one ATen's
+    # convolutions packed for oneDNN on an AVX2 or AVX-512 machine (one with the residual add), the grouped one ATen's
     # (the linear layer on AVX-512 only: on AVX2 oneDNN's packed products lost to MKL's)
     native = cpu.Variant(name="native", arch=cpu.host_arch(), vec_isa="", flags=(), cpu_features=())
     packed_for = passes.packing_class(native)
