@@ -14,7 +14,7 @@ ops=$lib/libidentity_conv_ops_lite.so
 [ -f "$packages/net_dynamic.pt2" ] || { echo "no lite test packages in $packages (export_packages.py --lite)" >&2; exit 1; }
 checksum_of() { sed -n 's/^checksum \([-0-9.e+]*\)$/\1/p' <<<"$1"; }
 no_libtorch() {  # LD_DEBUG's list of the libraries a run initialised
-  if grep -E 'calling init: .*(torch|c10|python)' "$1"; then echo "libtorch or Python was loaded" >&2; exit 1; fi
+  if grep -E 'calling init: .*/lib(torch|c10|python)[^/]*$' "$1"; then echo "libtorch or Python was loaded" >&2; exit 1; fi
   grep -q 'calling init: .*libidentity_conv_ops_lite.so' "$1" || { echo "the ops' lite build was not loaded" >&2; exit 1; }
 }
 checksums=()

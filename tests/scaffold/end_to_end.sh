@@ -95,7 +95,7 @@ PYTHONPATH=proj/python${PYTHONPATH:+:$PYTHONPATH} "$PYTHON" export_lite.py lite.
 echo "== pt2rt-lite's pt2run, the new lite build by --ops (my_ops' next to the lite runtime)"
 env -u PT2RT_OPS_PATH LD_DEBUG=libs LD_DEBUG_OUTPUT="$WORK/ld" "$BUILD/bin/pt2run_lite" run lite.pt2 \
   --ops proj/build/libacme_ops_lite.so --input lite_in.pt --output lite_out.pt
-if grep -hE 'calling init: .*(torch|c10|python)' "$WORK"/ld.*; then echo "pt2run_lite loaded libtorch" >&2; exit 1; fi
+if grep -hE 'calling init: .*/lib(torch|c10|python)[^/]*$' "$WORK"/ld.*; then echo "pt2run_lite loaded libtorch" >&2; exit 1; fi
 grep -hq 'calling init: .*libacme_ops_lite.so' "$WORK"/ld.* || { echo "libacme_ops_lite.so was not loaded" >&2; exit 1; }
 "$PYTHON" -c "
 import sys, torch
