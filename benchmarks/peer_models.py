@@ -1,8 +1,8 @@
 """The models of the peer benchmark (benchmarks/peers_bench.py), in plain torch so every environment builds the same
-ones: ResNet-18 and MobileNetV3-Small as torchvision defines them (layer for layer; their parameter counts are
-checked against torchvision's), a BERT-base encoder (12 layers, 768 wide, 12 heads, GELU, post-norm), a ViT-Tiny/16
-(DeiT-Tiny's shape: 12 pre-norm layers, 192 wide, 3 heads, 224x224 in 16x16 patches, a class token) and a speech-
-style recurrent model (2 LSTM layers of 256 over 100 frames of 80 features, a linear head of 29 per frame).
+ones: ResNet-18, MobileNetV3-Small and EfficientNet-B0 as torchvision defines them (layer for layer; their parameter
+counts are checked against torchvision's), a BERT-base encoder (12 layers, 768 wide, 12 heads, GELU, post-norm), a
+ViT-Tiny/16 (DeiT-Tiny's shape: 12 pre-norm layers, 192 wide, 3 heads, 224x224 in 16x16 patches, a class token) and a
+speech-style recurrent model (2 LSTM layers of 256 over 100 frames of 80 features, a linear head of 29 per frame).
 torchvision itself is not used: its PyPI wheels are CUDA builds that do not load beside the CPU torch.
 
 Each factory takes the batch size and returns (model in eval mode, example inputs); weights are random from a fixed
@@ -15,8 +15,9 @@ import torch
 from torch import nn
 
 # name -> parameters of the published model of that architecture: torchvision's resnet18 and mobilenet_v3_small
-# (torchvision 0.2x, weights=None), timm's deit_tiny_patch16_224
-PUBLISHED_PARAMETERS = {"resnet18": 11_689_512, "mobilenet_v3_small": 2_542_856, "vit_tiny": 5_717_416}
+# and efficientnet_b0 (torchvision 0.2x, weights=None), timm's deit_tiny_patch16_224
+PUBLISHED_PARAMETERS = {"resnet18": 11_689_512, "mobilenet_v3_small": 2_542_856, "efficientnet_b0": 5_288_548,
+                        "vit_tiny": 5_717_416}
 
 
 # --- ResNet-18 ---------------------------------------------------------------------------------------------------
@@ -68,22 +69,23 @@ def _make_divisible(v: float, divisor: int = 8) -> int:
     return new_v + divisor if new_v < 0.9 * v else new_v
 
 
-def _conv_bn_act(cin: int, cout: int, kernel: int, stride: int = 1, groups: int = 1, act: type | None = None):
+def _conv_bn_act(cin: int, cout: int, kernel: int, stride: int = 1, groups: int = 1, act: type | None = None,
+                 eps: float = 0.001):
     layers = [nn.Conv2d(cin, cout, kernel, stride, (kernel - 1) // 2, groups=groups, bias=False),
-              nn.BatchNorm2d(cout, eps=0.001, momentum=0.01)]
+              nn.BatchNorm2d(cout, eps=eps, momentum=0.01)]
     if act is not None:
         layers.append(act(inplace=True))
     return nn.Sequential(*layers)
 
 
 class SqueezeExcitation(nn.Module):
-    def __init__(self, channels: int, squeeze: int):
+    def __init__(self, channels: int, squeeze: int, act: type = nn.ReLU, scale: type = nn.Hardsigmoid):
         super().__init__()
         self.avgpool = nn.AdaptiveAvgPool2d(1)
         self.fc1 = nn.Conv2d(channels, squeeze, 1)
         self.fc2 = nn.Conv2d(squeeze, channels, 1)
-        self.relu = nn.ReLU()
-        self.scale = nn.Hardsigmoid()
+        self.relu = act()
+        self.scale = scale()
 
     def forward(self, x):
         return x * self.scale(self.fc2(self.relu(self.fc1(self.avgpool(x)))))
@@ -125,6 +127,45 @@ class MobileNetV3Small(nn.Module):
         self.avgpool = nn.AdaptiveAvgPool2d(1)
         self.classifier = nn.Sequential(nn.Linear(576, 1024), nn.Hardswish(inplace=True), nn.Dropout(0.2),
                                         nn.Linear(1024, num_classes))
+
+    def forward(self, x):
+        return self.classifier(torch.flatten(self.avgpool(self.features(x)), 1))
+
+
+# --- EfficientNet-B0 ---------------------------------------------------------------------------------------------
+
+class MBConv(nn.Module):
+    def __init__(self, expand: int, kernel: int, stride: int, cin: int, cout: int):
+        super().__init__()
+        self.residual = stride == 1 and cin == cout
+        expanded = _make_divisible(cin * expand)
+        layers = []
+        if expanded != cin:
+            layers.append(_conv_bn_act(cin, expanded, 1, act=nn.SiLU, eps=1e-5))
+        layers.append(_conv_bn_act(expanded, expanded, kernel, stride, groups=expanded, act=nn.SiLU, eps=1e-5))
+        layers.append(SqueezeExcitation(expanded, max(1, cin // 4), nn.SiLU, nn.Sigmoid))
+        layers.append(_conv_bn_act(expanded, cout, 1, eps=1e-5))
+        self.block = nn.Sequential(*layers)
+
+    def forward(self, x):  # stochastic depth is the identity in eval mode
+        y = self.block(x)
+        return y + x if self.residual else y
+
+
+class EfficientNetB0(nn.Module):
+    # (expand ratio, kernel, stride, input channels, output channels, layers)
+    SETTING = [(1, 3, 1, 32, 16, 1), (6, 3, 2, 16, 24, 2), (6, 5, 2, 24, 40, 2), (6, 3, 2, 40, 80, 3),
+               (6, 5, 1, 80, 112, 3), (6, 5, 2, 112, 192, 4), (6, 3, 1, 192, 320, 1)]
+
+    def __init__(self, num_classes: int = 1000):
+        super().__init__()
+        layers = [_conv_bn_act(3, 32, 3, 2, act=nn.SiLU, eps=1e-5)]
+        for expand, kernel, stride, cin, cout, n in self.SETTING:
+            layers += [MBConv(expand, kernel, stride if i == 0 else 1, cin if i == 0 else cout, cout) for i in range(n)]
+        layers.append(_conv_bn_act(320, 1280, 1, act=nn.SiLU, eps=1e-5))
+        self.features = nn.Sequential(*layers)
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.classifier = nn.Sequential(nn.Dropout(0.2), nn.Linear(1280, num_classes))
 
     def forward(self, x):
         return self.classifier(torch.flatten(self.avgpool(self.features(x)), 1))
@@ -228,6 +269,7 @@ def _factory(make: type[nn.Module], *item_shape: int):
 
 
 MODELS = {"resnet18": _factory(ResNet18, 3, 224, 224), "mobilenet_v3_small": _factory(MobileNetV3Small, 3, 224, 224),
+          "efficientnet_b0": _factory(EfficientNetB0, 3, 224, 224),
           "bert_base": _factory(BertEncoder, 128, 768), "vit_tiny": _factory(ViT, 3, 224, 224),
           "lstm": _factory(SpeechLSTM, 100, 80), "gru_tagger": _tagger("gru", 64), "rnn_tagger": _tagger("rnn", 64),
           "lstm_tagger": _tagger("lstm", 64), "gru_tagger_512": _tagger("gru", 512)}

@@ -1,10 +1,10 @@
 """pt2run against the engines a user would pick instead, side by side: the package `export_package(model, inputs,
 path)` makes with its defaults, run by `pt2run bench`, against Python AOTInductor (the same package), eager PyTorch,
-ONNX Runtime and OpenVINO (the same model and weights exported to ONNX, f32), on ResNet-18, MobileNetV3-Small, a
-BERT-base encoder, a ViT-Tiny/16, an LSTM acoustic model and recurrent taggers (a 2-layer bidirectional GRU, plain RNN
-and LSTM over 64 tokens, the GRU over 512 too; benchmarks/peer_models.py), plus the conv-heavy example
-net with our own op (pt2run, Python AOTInductor and eager only: the peers cannot run it); batch 1 and 8, 1 and 2
-intra-op threads.
+ONNX Runtime and OpenVINO (the same model and weights exported to ONNX, f32), on ResNet-18, MobileNetV3-Small,
+EfficientNet-B0, a BERT-base encoder, a ViT-Tiny/16, an LSTM acoustic model and recurrent taggers (a 2-layer
+bidirectional GRU, plain RNN and LSTM over 64 tokens, the GRU over 512 too; benchmarks/peer_models.py), plus the
+conv-heavy example net with our own op (pt2run, Python AOTInductor and eager only: the peers cannot run it); batch 1
+and 8, 1 and 2 intra-op threads.
 
     python benchmarks/peers_bench.py --pt2run build/cpu-release/bin/pt2run --ops build/cpu-release/lib/libidentity_conv_ops.so \\
         --peers-python .venv-peers/bin/python --out build/bench/peers
@@ -40,7 +40,7 @@ from bench import machine  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 # ms of one batch-1 run on one core here (sizes each round at ~1 s per engine; batch 8 runs 8x fewer)
-EST_MS = {"resnet18": 20, "mobilenet_v3_small": 2, "bert_base": 130, "vit_tiny": 25, "lstm": 3,
+EST_MS = {"resnet18": 20, "mobilenet_v3_small": 2, "efficientnet_b0": 8, "bert_base": 130, "vit_tiny": 25, "lstm": 3,
           "gru_tagger": 5, "rnn_tagger": 2, "lstm_tagger": 5, "gru_tagger_512": 40, "conv_heavy_net": 2}
 ENGINES = ("pt2run", "aoti", "eager", "ort", "openvino")
 PEERS = ("ort", "openvino")
