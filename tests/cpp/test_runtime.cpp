@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <dlfcn.h>
+#include <malloc.h>
 #include <sched.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -1100,6 +1101,18 @@ TEST(Pt2run, RunsDoNotFaultTheirBuffersInAgain) {
 TEST(Runtime, KeepFreedMemory) {
 #if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__)  // ASan's malloc ignores mallopt
   EXPECT_TRUE(pt2rt::keep_freed_memory());
+  // a buffer past glibc's largest mmap threshold (32 MiB) comes from the heap too, on the main thread and on
+  // another one (pt2run's runners, a server's workers): freeing it does not unmap it, so it is not faulted in again
+  const auto mmapped_after_allocating = [] {
+    const std::size_t before = mallinfo2().hblkhd;
+    at::DataPtr block = c10::GetCPUAllocator()->allocate(std::size_t{40} << 20);
+    std::memset(block.get(), 1, 4096);
+    return mallinfo2().hblkhd - before;
+  };
+  EXPECT_LT(mmapped_after_allocating(), std::size_t{1} << 20);
+  std::size_t on_thread = 0;
+  std::thread([&] { on_thread = mmapped_after_allocating(); }).join();
+  EXPECT_LT(on_thread, std::size_t{1} << 20);
 #else
   EXPECT_FALSE(pt2rt::keep_freed_memory());
 #endif
