@@ -117,15 +117,19 @@ inline void product_rows(int64_t H, int64_t Gp, int64_t p0, int64_t p1, const fl
 
 // gh[b] = bhh + h[b] W_hh^T for the B rows of h (row b at h + b * h_b), the gates of panels [p0, p1); whh packed in
 // panels (rnn_kernel.h), gh and bhh G_p = padded_gates(G) wide. One row: 8 vectors of gates per pass; several: 4
-// rows of 4 vectors (AVX2: 2), so that W (the bulk of what a step reads) is read once for every 4 rows.
+// rows of 4 vectors (AVX2: 2), so that W (the bulk of what a step reads) is read once for every 4 rows. Panel by
+// panel, all rows: a panel (H x 128 gates, 128 KB at H = 256) comes from memory or L3 once per step and stays in L2
+// for the rows after the first 4, where a whole W_hh (1 MB for an LSTM of 256) does not.
 inline void recurrent_product(int64_t B, int64_t H, int64_t Gp, int64_t p0, int64_t p1, const float* h,
                               int64_t h_b, const float* whh, const float* bhh, float* gh) {
-  int64_t b = 0;
-  for (; b + 4 <= B; b += 4) product_rows<4, kRowVectors>(H, Gp, p0, p1, h + b * h_b, h_b, whh, bhh, gh + b * Gp);
-  for (; b + 2 <= B; b += 2) {
-    product_rows<2, kBlockVectors / 2>(H, Gp, p0, p1, h + b * h_b, h_b, whh, bhh, gh + b * Gp);
+  for (int64_t p = p0; p < p1; ++p) {
+    int64_t b = 0;
+    for (; b + 4 <= B; b += 4) product_rows<4, kRowVectors>(H, Gp, p, p + 1, h + b * h_b, h_b, whh, bhh, gh + b * Gp);
+    for (; b + 2 <= B; b += 2) {
+      product_rows<2, kBlockVectors / 2>(H, Gp, p, p + 1, h + b * h_b, h_b, whh, bhh, gh + b * Gp);
+    }
+    for (; b < B; ++b) product_rows<1, kBlockVectors>(H, Gp, p, p + 1, h + b * h_b, h_b, whh, bhh, gh + b * Gp);
   }
-  for (; b < B; ++b) product_rows<1, kBlockVectors>(H, Gp, p0, p1, h + b * h_b, h_b, whh, bhh, gh + b * Gp);
 }
 
 // The new state of row b for units [j, j_end): the gates x (the input's) and g (the recurrent product's), the
