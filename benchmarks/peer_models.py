@@ -2,8 +2,9 @@
 ones: ResNet-18, MobileNetV3-Small and EfficientNet-B0 as torchvision defines them (layer for layer; their parameter
 counts are checked against torchvision's), a BERT-base encoder (12 layers, 768 wide, 12 heads, GELU, post-norm), a
 ViT-Tiny/16 (DeiT-Tiny's shape: 12 pre-norm layers, 192 wide, 3 heads, 224x224 in 16x16 patches, a class token) and a
-speech-style recurrent model (2 LSTM layers of 256 over 100 frames of 80 features, a linear head of 29 per frame).
-torchvision itself is not used: its PyPI wheels are CUDA builds that do not load beside the CPU torch.
+speech-style recurrent model (2 LSTM layers of 256 over 100 frames of 80 features, a linear head of 29 per frame);
+ShuffleNetV2 x1.0 (torchvision's, outside the table: a check run by name). torchvision itself is not used: its PyPI
+wheels are CUDA builds that do not load beside the CPU torch.
 
 Each factory takes the batch size and returns (model in eval mode, example inputs); weights are random from a fixed
 seed.
@@ -15,9 +16,9 @@ import torch
 from torch import nn
 
 # name -> parameters of the published model of that architecture: torchvision's resnet18 and mobilenet_v3_small
-# and efficientnet_b0 (torchvision 0.2x, weights=None), timm's deit_tiny_patch16_224
+# efficientnet_b0 and shufflenet_v2_x1_0 (torchvision 0.2x, weights=None), timm's deit_tiny_patch16_224
 PUBLISHED_PARAMETERS = {"resnet18": 11_689_512, "mobilenet_v3_small": 2_542_856, "efficientnet_b0": 5_288_548,
-                        "vit_tiny": 5_717_416}
+                        "shufflenet_v2": 2_278_604, "vit_tiny": 5_717_416}
 
 
 # --- ResNet-18 ---------------------------------------------------------------------------------------------------
@@ -171,6 +172,55 @@ class EfficientNetB0(nn.Module):
         return self.classifier(torch.flatten(self.avgpool(self.features(x)), 1))
 
 
+# --- ShuffleNetV2 x1.0: a check of a model outside the table (`--models shufflenet_v2`) ---------------------------
+
+def _channel_shuffle(x, groups: int):
+    n, c, h, w = x.shape
+    return x.view(n, groups, c // groups, h, w).transpose(1, 2).contiguous().view(n, c, h, w)
+
+
+class ShuffleUnit(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int):
+        super().__init__()
+        self.stride, half = stride, cout // 2
+        self.branch1 = nn.Sequential()
+        if stride > 1:
+            self.branch1 = nn.Sequential(nn.Conv2d(cin, cin, 3, stride, 1, groups=cin, bias=False),
+                                         nn.BatchNorm2d(cin), nn.Conv2d(cin, half, 1, bias=False),
+                                         nn.BatchNorm2d(half), nn.ReLU(inplace=True))
+        self.branch2 = nn.Sequential(
+            nn.Conv2d(cin if stride > 1 else half, half, 1, bias=False), nn.BatchNorm2d(half), nn.ReLU(inplace=True),
+            nn.Conv2d(half, half, 3, stride, 1, groups=half, bias=False), nn.BatchNorm2d(half),
+            nn.Conv2d(half, half, 1, bias=False), nn.BatchNorm2d(half), nn.ReLU(inplace=True))
+
+    def forward(self, x):
+        if self.stride == 1:
+            x1, x2 = x.chunk(2, dim=1)
+            out = torch.cat((x1, self.branch2(x2)), dim=1)
+        else:
+            out = torch.cat((self.branch1(x), self.branch2(x)), dim=1)
+        return _channel_shuffle(out, 2)
+
+
+class ShuffleNetV2(nn.Module):
+    def __init__(self, num_classes: int = 1000):
+        super().__init__()
+        self.conv1 = nn.Sequential(nn.Conv2d(3, 24, 3, 2, 1, bias=False), nn.BatchNorm2d(24), nn.ReLU(inplace=True))
+        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        stages, cin = [], 24
+        for repeats, cout in ((4, 116), (8, 232), (4, 464)):
+            stages.append(nn.Sequential(ShuffleUnit(cin, cout, 2),
+                                        *(ShuffleUnit(cout, cout, 1) for _ in range(repeats - 1))))
+            cin = cout
+        self.stage2, self.stage3, self.stage4 = stages
+        self.conv5 = nn.Sequential(nn.Conv2d(464, 1024, 1, bias=False), nn.BatchNorm2d(1024), nn.ReLU(inplace=True))
+        self.fc = nn.Linear(1024, num_classes)
+
+    def forward(self, x):
+        x = self.stage4(self.stage3(self.stage2(self.maxpool(self.conv1(x)))))
+        return self.fc(self.conv5(x).mean([2, 3]))
+
+
 # --- BERT-base encoder -------------------------------------------------------------------------------------------
 
 def _distinct_layers(encoder: nn.TransformerEncoder) -> nn.TransformerEncoder:
@@ -272,7 +322,8 @@ MODELS = {"resnet18": _factory(ResNet18, 3, 224, 224), "mobilenet_v3_small": _fa
           "efficientnet_b0": _factory(EfficientNetB0, 3, 224, 224),
           "bert_base": _factory(BertEncoder, 128, 768), "vit_tiny": _factory(ViT, 3, 224, 224),
           "lstm": _factory(SpeechLSTM, 100, 80), "gru_tagger": _tagger("gru", 64), "rnn_tagger": _tagger("rnn", 64),
-          "lstm_tagger": _tagger("lstm", 64), "gru_tagger_512": _tagger("gru", 512)}
+          "lstm_tagger": _tagger("lstm", 64), "gru_tagger_512": _tagger("gru", 512),
+          "shufflenet_v2": _factory(ShuffleNetV2, 3, 224, 224)}
 
 
 # --- ours alone: the peers cannot run a model with our op ---------------------------------------------------------
@@ -286,3 +337,5 @@ def conv_heavy_net(batch: int = 1):
 
 OURS = {"conv_heavy_net": conv_heavy_net}
 ALL = {**MODELS, **OURS}
+# the benchmark's table (peers_bench.py's default); the others are checks run by name
+TABLE = [name for name in ALL if name != "shufflenet_v2"]
