@@ -18,9 +18,8 @@ bool keep_freed_memory(std::size_t retain_bytes) {
   }
 #if defined(__GLIBC__)
   // 32 MiB is glibc's largest mmap threshold on 64-bit (a fixed value also ends its dynamic adjustment); past it a
-  // block is mmapped and unmapped on free unless mmaps are off (M_MMAP_MAX 0): then it comes from the heap too, as
-  // an EfficientNet-B0's 38 MiB activation at batch 8 (faulted in again on every run: 11-15 % of it). A block past
-  // a thread heap's 64 MiB is still mmapped (glibc's fallback).
+  // block is mmapped, and unmapped on free, unless mmaps are off (M_MMAP_MAX 0): then it comes from a heap too. A
+  // block larger than a thread arena's 64 MiB heaps is still mmapped (glibc's fallback).
   return mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1 && mallopt(M_MMAP_MAX, 0) == 1 &&
          mallopt(M_TRIM_THRESHOLD, static_cast<int>(retain_bytes)) == 1;
 #else

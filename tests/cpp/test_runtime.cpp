@@ -1101,18 +1101,28 @@ TEST(Pt2run, RunsDoNotFaultTheirBuffersInAgain) {
 TEST(Runtime, KeepFreedMemory) {
 #if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__)  // ASan's malloc ignores mallopt
   EXPECT_TRUE(pt2rt::keep_freed_memory());
-  // a buffer past glibc's largest mmap threshold (32 MiB) comes from the heap too, on the main thread and on
-  // another one (pt2run's runners, a server's workers): freeing it does not unmap it, so it is not faulted in again
-  const auto mmapped_after_allocating = [] {
-    const std::size_t before = mallinfo2().hblkhd;
-    at::DataPtr block = c10::GetCPUAllocator()->allocate(std::size_t{40} << 20);
-    std::memset(block.get(), 1, 4096);
-    return mallinfo2().hblkhd - before;
+  // a buffer past glibc's largest mmap threshold (32 MiB) comes from a heap too, on the main thread and on another
+  // one (pt2run's runners, a server's workers), and stays there once freed: it is not faulted in again next run
+  constexpr std::size_t kBlock = std::size_t{40} << 20;
+  const auto allocate_and_free = [] {  // (bytes mmapped for the block, bytes free in malloc's heaps once it is freed)
+    // a thread's first allocation makes its arena, sized for that allocation: a small one first, as in a real thread
+    const at::DataPtr small = c10::GetCPUAllocator()->allocate(4096);
+    const auto mmapped_before = static_cast<long long>(mallinfo2().hblkhd);
+    long long mmapped = 0;
+    {
+      at::DataPtr block = c10::GetCPUAllocator()->allocate(kBlock);
+      std::memset(block.get(), 1, kBlock);
+      mmapped = static_cast<long long>(mallinfo2().hblkhd) - mmapped_before;
+    }
+    return std::make_pair(mmapped, mallinfo2().fordblks);
   };
-  EXPECT_LT(mmapped_after_allocating(), std::size_t{1} << 20);
-  std::size_t on_thread = 0;
-  std::thread([&] { on_thread = mmapped_after_allocating(); }).join();
-  EXPECT_LT(on_thread, std::size_t{1} << 20);
+  const auto [mmapped, kept] = allocate_and_free();
+  EXPECT_LT(mmapped, 1 << 20);
+  EXPECT_GE(kept, kBlock);
+  std::pair<long long, std::size_t> on_thread;
+  std::thread([&] { on_thread = allocate_and_free(); }).join();
+  EXPECT_LT(on_thread.first, 1 << 20);
+  EXPECT_GE(on_thread.second, kBlock);
 #else
   EXPECT_FALSE(pt2rt::keep_freed_memory());
 #endif

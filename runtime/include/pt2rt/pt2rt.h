@@ -370,12 +370,13 @@ PT2RT_API void set_num_threads(int threads);
 PT2RT_API int num_threads();
 
 // Process-wide malloc policy for serving (glibc; elsewhere it changes nothing and returns false). Buffers then
-// come from malloc's heaps instead of fresh mmaps (any size on the main thread; up to a thread heap's 64 MiB on
-// others), and up to retain_bytes of freed memory stays mapped instead of going back to the OS. Without it, glibc
-// hands a model's per-call buffers back to the OS and faults them in again on the next call - from threads other
-// than main, on every call (2.4x per call at batch 32 of the example model, docs/performance.md). The price: the
-// process keeps its peak working set mapped. pt2run calls it; a process that serves models should too, once,
-// before it starts threads.
+// come from malloc's heaps instead of mmaps of their own (any size from the main arena; from a thread's arena,
+// up to its heaps' 64 MiB), and freed memory stays mapped instead of going back to the OS: all but what lies free
+// past retain_bytes at the top of the main arena's heap (a thread arena's heap beyond its first, once empty, is
+// still unmapped). Without it, glibc hands a model's per-call buffers back to the OS and faults them in again on
+// the next call - from threads other than main, on every call (2.4x per call at batch 32 of the example model,
+// docs/runtime.md). The price: the process keeps its peak working set mapped. pt2run calls it; a process that
+// serves models should too, once, before it starts threads.
 PT2RT_API bool keep_freed_memory(std::size_t retain_bytes = std::size_t{256} << 20);
 
 }  // namespace pt2rt
