@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-# name -> parameters of the published model of that architecture: torchvision's resnet18 and mobilenet_v3_small
+# name -> parameters of the published model of that architecture: torchvision's resnet18, mobilenet_v3_small,
 # efficientnet_b0 and shufflenet_v2_x1_0 (torchvision 0.2x, weights=None), timm's deit_tiny_patch16_224
 PUBLISHED_PARAMETERS = {"resnet18": 11_689_512, "mobilenet_v3_small": 2_542_856, "efficientnet_b0": 5_288_548,
                         "shufflenet_v2": 2_278_604, "vit_tiny": 5_717_416}

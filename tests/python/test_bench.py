@@ -92,9 +92,9 @@ def test_serving_ratios_compare_the_same_package_at_the_same_concurrency():
 
 
 def test_the_peer_benchmarks_models_are_the_published_architectures():
-    """benchmarks/peer_models.py rebuilds torchvision's ResNet-18, MobileNetV3-Small and EfficientNet-B0 (whose CUDA
-    wheels do not load beside the CPU torch) and DeiT-Tiny's ViT: a layer left out or mis-sized changes the parameter
-    count."""
+    """benchmarks/peer_models.py rebuilds torchvision's ResNet-18, MobileNetV3-Small, EfficientNet-B0 and ShuffleNetV2
+    (whose CUDA wheels do not load beside the CPU torch) and DeiT-Tiny's ViT: a layer left out or mis-sized changes
+    the parameter count."""
     import torch
 
     spec = importlib.util.spec_from_file_location(
