@@ -337,6 +337,13 @@ mutant("kernels: the GRU's update gate applied the wrong way round", "runtime/ke
 mutant("kernels: an LSTM's cell state not carried to the next step", "runtime/kernels/rnn_impl.h",
        "      storev(c + j, cj);", "",
        pytest("tests/python/test_recurrent.py", "-k", "kernel_gives"))
+mutant("kernels: the product's rows done for the first gate panel only", "runtime/kernels/rnn_impl.h",
+       "  for (int64_t p = p0; p < p1; ++p) {\n    int64_t b = 0;",
+       "  int64_t b = 0;\n  for (int64_t p = p0; p < p1; ++p) {",
+       pytest("tests/python/test_recurrent.py", "-k", "kernel_gives"))
+mutant("runtime: keep_freed_memory leaves blocks past 32 MiB to mmap", "runtime/src/malloc_policy.cpp",
+       " && mallopt(M_MMAP_MAX, 0) == 1 &&", " &&",
+       ctest("^Runtime[.]KeepFreedMemory$"))
 mutant("kernels: the reverse direction run forwards", "runtime/kernels/rnn.cpp",
        "out.data_ptr<float>() + d * s.H, out_t, out_b, d == 1,", "out.data_ptr<float>() + d * s.H, out_t, out_b, false,",
        ctest("^Runtime[.]RecurrentLayersRun"))
