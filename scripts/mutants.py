@@ -344,6 +344,12 @@ mutant("kernels: the product's rows done for the first gate panel only", "runtim
 mutant("runtime: keep_freed_memory leaves blocks past 32 MiB to mmap", "runtime/src/malloc_policy.cpp",
        " && mallopt(M_MMAP_MAX, 0) == 1 &&", " &&",
        ctest("^Runtime[.]KeepFreedMemory$"))
+mutant("runtime: keep_freed_memory lets a thread arena's next heap go", "runtime/src/malloc_policy.cpp",
+       " && mallopt(M_TOP_PAD, retain) == 1;", ";",
+       ctest("^Runtime[.]KeepFreedMemoryKeepsAThreadArenasNextHeap$"))
+mutant("runtime: MKL keeps its generic code on AMD", "runtime/src/mkl_vendor.cpp",
+       '  return has("avx2") && has("fma");', "  return false;",
+       ctest("^Variants[.]MklRuns"))
 mutant("kernels: the reverse direction run forwards", "runtime/kernels/rnn.cpp",
        "out.data_ptr<float>() + d * s.H, out_t, out_b, d == 1,", "out.data_ptr<float>() + d * s.H, out_t, out_b, false,",
        ctest("^Runtime[.]RecurrentLayersRun"))

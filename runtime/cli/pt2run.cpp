@@ -156,7 +156,7 @@ int cmd_host(bool json) {
   const auto have = pt2rt::host_cpu_features(), known = pt2rt::known_cpu_features();
   if (json) {
     std::cout << nlohmann::json{{"arch", pt2rt::host_arch()}, {"cpu_features", have}, {"known_cpu_features", known},
-                                {"onednn_class", pt2rt::onednn_cpu_class()},
+                                {"onednn_class", pt2rt::onednn_cpu_class()}, {"mkl_code", pt2rt::mkl_code_path()},
                                 {"torch", pt2rt::torch_version()}, {"pt2rt", pt2rt::version()}}
                      .dump(2)
               << "\n";
@@ -165,6 +165,7 @@ int cmd_host(bool json) {
   std::cout << "arch         " << pt2rt::host_arch() << "\n"
             << "cpu features " << join(have, " ") << "\n"
             << "oneDNN class " << (pt2rt::onednn_cpu_class().empty() ? "baseline" : pt2rt::onednn_cpu_class()) << "\n"
+            << "MKL code     " << (pt2rt::mkl_code_path().empty() ? "none" : pt2rt::mkl_code_path()) << "\n"
             << "runtime      " << (pt2rt::is_lite() ? "pt2rt-lite " : "pt2rt ") << pt2rt::version() << ", torch "
             << pt2rt::torch_version() << "\n";
   return kExitOk;

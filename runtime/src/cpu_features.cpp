@@ -2,6 +2,7 @@
 // __AVX512BF16__ -> "avx512bf16"), and the choice of a package's CPU variant.
 #include "common.h"
 
+#include <dlfcn.h>
 #include <sched.h>
 
 #include <algorithm>
@@ -217,6 +218,30 @@ std::vector<std::string> host_cpu_features() {
 }
 
 std::vector<std::string> known_cpu_features() { return known(); }
+
+std::string mkl_code_path() {
+  // MKL comes inside libtorch_cpu; RTLD_NOLOAD finds it in whichever scope it was loaded into
+  void* torch = dlopen("libtorch_cpu.so", RTLD_NOW | RTLD_NOLOAD);
+  if (torch == nullptr) return "";
+  auto* auto_branch = reinterpret_cast<int (*)()>(dlsym(torch, "mkl_serv_cbwr_get_auto_branch"));
+  const int branch = auto_branch == nullptr ? -1 : auto_branch();
+  dlclose(torch);
+  // MKL's names of its code paths (mkl_cbwr.h, MKL_CBWR_*)
+  switch (branch) {
+    case -1: return "";
+    case 2:
+    case 3: return "generic";
+    case 4: return "sse2";
+    case 6: return "ssse3";
+    case 7: return "sse4_1";
+    case 8: return "sse4_2";
+    case 9: return "avx";
+    case 10: return "avx2";
+    case 12: return "avx512";
+    case 14: return "avx512_e1";
+    default: return "branch " + std::to_string(branch);
+  }
+}
 
 std::string onednn_cpu_class() {
   const auto& have = host_set();

@@ -7,9 +7,14 @@
 #include <nlohmann/json.hpp>
 #include <sched.h>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <fstream>
 #include <set>
@@ -282,7 +287,32 @@ TEST(Variants, Pt2runHostJsonIsWhatTheRuntimeSees) {
   EXPECT_EQ(j.at("cpu_features").get<std::vector<std::string>>(), pt2rt::host_cpu_features());
   EXPECT_EQ(j.at("known_cpu_features").get<std::vector<std::string>>(), pt2rt::known_cpu_features());
   EXPECT_EQ(j.at("onednn_class"), pt2rt::onednn_cpu_class());
+  EXPECT_EQ(j.at("mkl_code"), pt2rt::mkl_code_path());
 }
+
+#if defined(__x86_64__)
+TEST(Variants, MklRunsTheCodeOfTheCpusInstructionSetsOnAmdToo) {
+  const std::string here = pt2rt::mkl_code_path();
+  if (here.empty()) GTEST_SKIP() << "this libtorch has no MKL";
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  __get_cpuid(0, &a, &b, &c, &d);
+  char vendor[13] = {};
+  std::memcpy(vendor, &b, 4);
+  std::memcpy(vendor + 4, &d, 4);
+  std::memcpy(vendor + 8, &c, 4);
+  const bool intel = std::string(vendor) == "GenuineIntel", amd = std::string(vendor) == "AuthenticAMD";
+  // MKL alone runs its generic code on every CPU but Intel's; libpt2rt's answer to its vendor check lets it run the
+  // AVX2 / AVX-512 code on an AMD CPU with AVX2 + FMA
+  if ((intel || amd) && has("avx2") && has("fma")) {
+    EXPECT_TRUE(here == "avx2" || here.rfind("avx512", 0) == 0) << vendor << ": " << here;
+  }
+  // PT2RT_MKL_VENDOR_CHECK=1 leaves MKL its own answer
+  const auto kept = nlohmann::json::parse(output_of("PT2RT_MKL_VENDOR_CHECK=1 " + pt2run_command() + " host --json"));
+  EXPECT_EQ(kept.at("mkl_code"), intel ? here : std::string("generic")) << vendor;
+  const auto other = nlohmann::json::parse(output_of("PT2RT_MKL_VENDOR_CHECK=0 " + pt2run_command() + " host --json"));
+  EXPECT_EQ(other.at("mkl_code"), here);
+}
+#endif
 
 TEST(Variants, TheLibraryReadsNoEnvironmentOnlyItsOptions) {
   // $PT2RT_CPU_ISA is pt2run's and pt2serve's (pt2run's: the tests above); an embedding program decides itself

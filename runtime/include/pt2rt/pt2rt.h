@@ -339,6 +339,10 @@ PT2RT_API std::vector<std::string> known_cpu_features();
 // "avx2" (AVX2 + FMA) or "" (neither, or not x86-64), capped as oneDNN caps it by $ONEDNN_MAX_CPU_ISA
 // ($DNNL_MAX_CPU_ISA).
 PT2RT_API std::string onednn_cpu_class();
+// The code MKL (inside libtorch on x86-64) runs in this process: "avx2", "avx512", "avx512_e1" (VNNI), "generic",
+// ...; "" without MKL (aarch64, pt2rt-lite). On AMD, MKL itself runs "generic"; libpt2rt tells it the CPU is as good
+// as an Intel one with the same instruction sets when it has AVX2 + FMA (PT2RT_MKL_VENDOR_CHECK=1: not), docs/runtime.md.
+PT2RT_API std::string mkl_code_path();
 // Why this host cannot run a variant (another arch, CPU features it lacks or this runtime does not know, weights
 // packed for another oneDNN class); "" if it can.
 PT2RT_API std::string why_variant_cannot_run(const Variant& variant);
@@ -372,8 +376,8 @@ PT2RT_API int num_threads();
 // Process-wide malloc policy for serving (glibc; elsewhere it changes nothing and returns false). Buffers then
 // come from malloc's heaps instead of mmaps of their own (any size from the main arena; from a thread's arena,
 // up to its heaps' 64 MiB), and freed memory stays mapped instead of going back to the OS: all but what lies free
-// past retain_bytes at the top of the main arena's heap (a thread arena's heap beyond its first, once empty, is
-// still unmapped). Without it, glibc hands a model's per-call buffers back to the OS and faults them in again on
+// past retain_bytes at the top of a heap (with retain_bytes >= 64 MiB, a thread arena's heaps past its first stay
+// mapped once empty too). Without it, glibc hands a model's per-call buffers back to the OS and faults them in again on
 // the next call - from threads other than main, on every call (2.4x per call at batch 32 of the example model,
 // docs/runtime.md). The price: the process keeps its peak working set mapped. pt2run calls it; a process that
 // serves models should too, once, before it starts threads.
