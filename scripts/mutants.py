@@ -337,9 +337,8 @@ mutant("kernels: the GRU's update gate applied the wrong way round", "runtime/ke
 mutant("kernels: an LSTM's cell state not carried to the next step", "runtime/kernels/rnn_impl.h",
        "      storev(c + j, cj);", "",
        pytest("tests/python/test_recurrent.py", "-k", "kernel_gives"))
-mutant("kernels: the product's rows done for the first gate panel only", "runtime/kernels/rnn_impl.h",
-       "  for (int64_t p = p0; p < p1; ++p) {\n    int64_t b = 0;",
-       "  int64_t b = 0;\n  for (int64_t p = p0; p < p1; ++p) {",
+mutant("kernels: the product's rows of 4 done for the first strip of each panel only", "runtime/kernels/rnn_impl.h",
+       "    for (int64_t j = 0; j < kPanel; j += kStrip) {", "    for (int64_t j = 0; j < kStrip; j += kStrip) {",
        pytest("tests/python/test_recurrent.py", "-k", "kernel_gives"))
 mutant("runtime: keep_freed_memory leaves blocks past 32 MiB to mmap", "runtime/src/malloc_policy.cpp",
        " && mallopt(M_MMAP_MAX, 0) == 1 &&", " &&",

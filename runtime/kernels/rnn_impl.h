@@ -77,40 +77,39 @@ inline vf tanh_v(vf x) {
 
 inline float sigmoid_s(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
-// R rows of gh = bhh + h W_hh^T for the gates of panels [p0, p1), V vectors of gates at a time: each vector of W
-// loaded once for the R rows.
+// R rows of gh = bhh + h W_hh^T for gates [j_begin, j_end) of panel p, V vectors of gates at a time: each vector of
+// W loaded once for the R rows.
 template <int R, int V>
-inline void product_rows(int64_t H, int64_t Gp, int64_t p0, int64_t p1, const float* h, int64_t h_b,
-                         const float* whh, const float* bhh, float* gh) {
+inline void product_rows(int64_t H, int64_t Gp, int64_t p, int64_t j_begin, int64_t j_end, const float* h,
+                         int64_t h_b, const float* whh, const float* bhh, float* gh) {
   using pt2rt::kernels::kPanel;
   static_assert(kPanel % (V * L) == 0, "a panel is whole blocks of accumulators");
-  for (int64_t p = p0 * kPanel; p < p1 * kPanel; p += kPanel) {
-    const float* panel = whh + p * H;
-    for (int64_t j0 = 0; j0 < kPanel; j0 += V * L) {
-      vf acc[R][V];
+  p *= kPanel;
+  const float* panel = whh + p * H;
+  for (int64_t j0 = j_begin; j0 < j_end; j0 += V * L) {
+    vf acc[R][V];
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) {
+      const vf bias = loadv(bhh + p + j0 + v * L);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) acc[r][v] = bias;
+    }
+    const float* w = panel + j0;
+    for (int64_t k = 0; k < H; ++k, w += kPanel) {
+      vf hk[R];
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) hk[r] = splat(h[r * h_b + k]);
 #pragma GCC unroll 8
       for (int v = 0; v < V; ++v) {
-        const vf bias = loadv(bhh + p + j0 + v * L);
+        const vf wv = loadv(w + v * L);
 #pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) acc[r][v] = bias;
+        for (int r = 0; r < R; ++r) acc[r][v] += hk[r] * wv;
       }
-      const float* w = panel + j0;
-      for (int64_t k = 0; k < H; ++k, w += kPanel) {
-        vf hk[R];
+    }
 #pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) hk[r] = splat(h[r * h_b + k]);
+    for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 8
-        for (int v = 0; v < V; ++v) {
-          const vf wv = loadv(w + v * L);
-#pragma GCC unroll 4
-          for (int r = 0; r < R; ++r) acc[r][v] += hk[r] * wv;
-        }
-      }
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 8
-        for (int v = 0; v < V; ++v) storev(gh + r * Gp + p + j0 + v * L, acc[r][v]);
-      }
+      for (int v = 0; v < V; ++v) storev(gh + r * Gp + p + j0 + v * L, acc[r][v]);
     }
   }
 }
@@ -118,17 +117,25 @@ inline void product_rows(int64_t H, int64_t Gp, int64_t p0, int64_t p1, const fl
 // gh[b] = bhh + h[b] W_hh^T for the B rows of h (row b at h + b * h_b), the gates of panels [p0, p1); whh packed in
 // panels (rnn_kernel.h), gh and bhh G_p = padded_gates(G) wide. One row: 8 vectors of gates per pass; several: 4
 // rows of 4 vectors (AVX2: 2), so that W (the bulk of what a step reads) is read once for every 4 rows. Panel by
-// panel, all rows: a panel (H x 128 gates, 128 KB at H = 256) comes from memory or L3 once per step and stays in L2
-// for the rows after the first 4, where a whole W_hh (1 MB for an LSTM of 256) does not.
+// panel (H x 128 gates, 128 KB at H = 256: it comes from memory or L3 once per step and stays in L2 where a whole
+// W_hh, 1 MB for an LSTM of 256, does not), and in it strip by strip (the gates of one pass of 4 rows, 16 KB at
+// H = 256 on AVX2), every 4 rows: a strip stays in L1 for the rows after the first 4.
 inline void recurrent_product(int64_t B, int64_t H, int64_t Gp, int64_t p0, int64_t p1, const float* h,
                               int64_t h_b, const float* whh, const float* bhh, float* gh) {
+  using pt2rt::kernels::kPanel;
+  constexpr int64_t kStrip = kRowVectors * L;
+  const int64_t B4 = B / 4 * 4;
   for (int64_t p = p0; p < p1; ++p) {
-    int64_t b = 0;
-    for (; b + 4 <= B; b += 4) product_rows<4, kRowVectors>(H, Gp, p, p + 1, h + b * h_b, h_b, whh, bhh, gh + b * Gp);
-    for (; b + 2 <= B; b += 2) {
-      product_rows<2, kBlockVectors / 2>(H, Gp, p, p + 1, h + b * h_b, h_b, whh, bhh, gh + b * Gp);
+    for (int64_t j = 0; j < kPanel; j += kStrip) {
+      for (int64_t b = 0; b < B4; b += 4) {
+        product_rows<4, kRowVectors>(H, Gp, p, j, j + kStrip, h + b * h_b, h_b, whh, bhh, gh + b * Gp);
+      }
     }
-    for (; b < B; ++b) product_rows<1, kBlockVectors>(H, Gp, p, p + 1, h + b * h_b, h_b, whh, bhh, gh + b * Gp);
+    int64_t b = B4;
+    for (; b + 2 <= B; b += 2) {
+      product_rows<2, kBlockVectors / 2>(H, Gp, p, 0, kPanel, h + b * h_b, h_b, whh, bhh, gh + b * Gp);
+    }
+    for (; b < B; ++b) product_rows<1, kBlockVectors>(H, Gp, p, 0, kPanel, h + b * h_b, h_b, whh, bhh, gh + b * Gp);
   }
 }
 
