@@ -32,7 +32,15 @@ inline vf loadv(const float* p) {
   return v;
 }
 inline void storev(float* p, vf v) { std::memcpy(p, &v, sizeof v); }
-inline vf splat(float x) { return vf{} + x; }
+// every lane x: a broadcast, from memory where x is loaded (vf{} + x would be an add of 0 and a shuffle per call,
+// the shuffle on a port the products need, and -0.0 would come out +0.0)
+inline vf splat(float x) {
+#if defined(__AVX512F__)
+  return vf{x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x};
+#else
+  return vf{x, x, x, x, x, x, x, x};
+#endif
+}
 
 // e^x for |x| <= 87 (clamped there: the gates saturate long before), within 2 ulp: 2^n e^r with |r| <= ln2 / 2
 // and a degree-7 polynomial for e^r. NaN comes back as NaN.
@@ -96,14 +104,15 @@ inline void product_rows(int64_t H, int64_t Gp, int64_t p, int64_t j_begin, int6
     }
     const float* w = panel + j0;
     for (int64_t k = 0; k < H; ++k, w += kPanel) {
-      vf hk[R];
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) hk[r] = splat(h[r * h_b + k]);
+      // V vectors of W in registers, then one row's broadcast at a time: V + 1 + R * V registers
+      vf wv[V];
 #pragma GCC unroll 8
-      for (int v = 0; v < V; ++v) {
-        const vf wv = loadv(w + v * L);
-#pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) acc[r][v] += hk[r] * wv;
+      for (int v = 0; v < V; ++v) wv[v] = loadv(w + v * L);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const vf hk = splat(h[r * h_b + k]);
+#pragma GCC unroll 8
+        for (int v = 0; v < V; ++v) acc[r][v] += hk * wv[v];
       }
     }
 #pragma GCC unroll 4
