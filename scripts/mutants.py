@@ -349,6 +349,10 @@ mutant("runtime: keep_freed_memory lets a thread arena's next heap go", "runtime
 mutant("runtime: MKL keeps its generic code on AMD", "runtime/src/mkl_vendor.cpp",
        '  return has("avx2") && has("fma");', "  return false;",
        ctest("^Variants[.]MklRuns"))
+mutant("kernels: MKL's recurrent product without b_hh", "runtime/kernels/rnn.cpp",
+       "std::memcpy(gh + b * self.Gp + p * panel, self.bhh + p * panel, sizeof(float) * n);",
+       "std::memset(gh + b * self.Gp + p * panel, 0, sizeof(float) * n);",
+       pytest("tests/python/test_recurrent.py", "-k", "mkls_product"))
 mutant("kernels: the reverse direction run forwards", "runtime/kernels/rnn.cpp",
        "out.data_ptr<float>() + d * s.H, out_t, out_b, d == 1,", "out.data_ptr<float>() + d * s.H, out_t, out_b, false,",
        ctest("^Runtime[.]RecurrentLayersRun"))

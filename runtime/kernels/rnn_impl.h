@@ -205,6 +205,7 @@ struct Step {
   const float *x, *h, *whh, *bhh;  // x: step t's input gates, row b at x + b * gi_b
   int64_t gi_b, h_b, out_b;
   float *gh, *cell, *y;            // y: step t's output rows
+  const pt2rt::kernels::RnnProduct* own_product;  // null: the kernel's
 
   // piece `part` of n: [lo, hi) of `count` items, cut at multiples of `unit`
   std::pair<int64_t, int64_t> share(int64_t part, int64_t n, int64_t count, int64_t unit) const {
@@ -213,8 +214,12 @@ struct Step {
     return {std::min(lo, count), std::min(hi, count)};
   }
   void product(int64_t part) const {
-    const auto [p0, p1] = share(part, parts, Gp / pt2rt::kernels::kPanel, 1);
-    recurrent_product(B, H, Gp, p0, p1, h, h_b, whh, bhh, gh);
+    const auto [p0, p1] = share(part, parts, Gp / pt2rt::kernels::kPanel, own_product ? own_product->panels : 1);
+    if (own_product != nullptr) {
+      own_product->fn(own_product->ctx, part, p0, p1, h, h_b, gh);
+    } else {
+      recurrent_product(B, H, Gp, p0, p1, h, h_b, whh, bhh, gh);
+    }
   }
   void update(int64_t part) const {
     const auto [j0, j1] = share(part, parts, H, L);
@@ -227,20 +232,21 @@ struct Step {
 void rnn_steps(RnnMode mode, int64_t T, int64_t B, int64_t H, const float* gi, int64_t gi_t, int64_t gi_b,
                const float* whh, const float* bhh, const float* h0, const float* c0, float* out, int64_t out_t,
                int64_t out_b, bool reverse, float* hn, float* cn, float* scratch,
-               pt2rt::kernels::RnnParallelFn parallel, int64_t parts) {
+               pt2rt::kernels::RnnParallelFn parallel, int64_t parts, const pt2rt::kernels::RnnProduct* product) {
   const int64_t G = mode == RnnMode::Gru ? 3 * H : mode == RnnMode::Lstm ? 4 * H : H;
   const int64_t Gp = pt2rt::kernels::padded_gates(G);
   float* cell = scratch + B * Gp;  // an LSTM's cell state, B x H, updated in place
   if (mode == RnnMode::Lstm) std::memcpy(cell, c0, sizeof(float) * B * H);
   // no more pieces than gate panels or vectors of units; one when a step is too small to gain from more
-  parts = std::min({parts, Gp / pt2rt::kernels::kPanel, (H + L - 1) / L});
+  const int64_t cut = product != nullptr ? product->panels : 1, panels = Gp / pt2rt::kernels::kPanel;
+  parts = std::min({parts, (panels + cut - 1) / cut, (H + L - 1) / L});
   if (parallel == nullptr || B * H * Gp < pt2rt::kernels::kSplitStepFrom) parts = 1;
   const float* h = h0;
   int64_t h_b = H;
   for (int64_t s = 0; s < T; ++s) {
     const int64_t t = reverse ? T - 1 - s : s;
     Step step{mode, B, H, Gp, std::max<int64_t>(parts, 1), gi + t * gi_t, h, whh, bhh, gi_b, h_b, out_b,
-              scratch, cell, out + t * out_t};
+              scratch, cell, out + t * out_t, product};
     if (step.parts == 1) {
       step.product(0);
       step.update(0);

@@ -218,23 +218,44 @@ def test_steps_split_across_threads_give_one_threads_answer_bit_for_bit(config):
                 assert torch.equal(got.isnan(), one.isnan()), (kind, threads)
 
 
-def test_the_kernel_of_every_isa_gives_torchs_answer():
-    """The recurrence is compiled per ISA and chosen once per process (ATEN_CPU_CAPABILITY caps it): each one this
-    CPU runs, in a process of its own."""
+def _in_a_process(env, body):
+    import os
     import subprocess
     import sys
     script = ("import sys; sys.path.insert(0, 'tests/python'); import test_recurrent as t\n"
               "from export_tools import libraries, recurrent\n"
-              "libraries.load_ops_library(recurrent.find_library())\n"
-              "for c in t.CONFIGS: t.test_the_kernel_gives_torchs_answer(c)\n"
-              "t.test_non_finite_values_travel_as_in_torch()\n")
+              "libraries.load_ops_library(recurrent.find_library())\n" + body)
+    return subprocess.run([sys.executable, "-c", script], env={**os.environ, **env}, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_the_kernel_of_every_isa_gives_torchs_answer():
+    """The recurrence is compiled per ISA and chosen once per process (ATEN_CPU_CAPABILITY caps it): each one this
+    CPU runs, in a process of its own, with its own recurrent product (PT2RT_RNN_PRODUCT=own)."""
+    body = "for c in t.CONFIGS: t.test_the_kernel_gives_torchs_answer(c)\nt.test_non_finite_values_travel_as_in_torch()\n"
     # torch takes ATEN_CPU_CAPABILITY as it is: past what the CPU has, its own kernels stop the process (SIGILL)
     flags = set(re.search(r"^flags\s*:(.*)$", Path("/proc/cpuinfo").read_text(), re.M).group(1).split())
     needs = {"default": set(), "avx2": {"avx2", "fma"}, "avx512": {"avx512f", "avx512bw", "avx512vl", "avx512dq"}}
     for isa in (isa for isa, flags_needed in needs.items() if flags_needed <= flags):
-        env = {**__import__("os").environ, "ATEN_CPU_CAPABILITY": isa}
-        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+        done = _in_a_process({"ATEN_CPU_CAPABILITY": isa, "PT2RT_RNN_PRODUCT": "own"}, body)
         assert done.returncode == 0, f"ATEN_CPU_CAPABILITY={isa}: {done.stderr[-2000:]}"
+
+
+def test_mkls_product_gives_torchs_answer_the_same_on_any_number_of_threads():
+    """From 2 rows and 4 steps the recurrent product is MKL's packed one where MKL runs its AVX2 / AVX-512 code (the
+    runtime's libpt2rt makes it do so on AMD too); PT2RT_RNN_PRODUCT=mkl takes it for every layer, whatever code MKL
+    runs in this process."""
+    if not torch.backends.mkl.is_available():
+        pytest.skip("this torch has no MKL (not x86-64)")
+    body = ("for c in t.CONFIGS: t.test_the_kernel_gives_torchs_answer(c)\n"
+            "t.test_non_finite_values_travel_as_in_torch()\n"
+            "for c in t.CONFIGS:\n"
+            "    if c[2] >= 256 and not c[4]: t.test_steps_split_across_threads_give_one_threads_answer_bit_for_bit(c)\n")
+    done = _in_a_process({"PT2RT_RNN_PRODUCT": "mkl"}, body)
+    assert done.returncode == 0, done.stderr[-2000:]
+    done = _in_a_process({"PT2RT_RNN_PRODUCT": "fastest"}, "t.test_the_kernel_gives_torchs_answer(t.CONFIGS[0])\n")
+    assert done.returncode != 0 and "PT2RT_RNN_PRODUCT must be own or mkl (or unset), got 'fastest'" in done.stderr, \
+        done.stderr[-2000:]
 
 
 def test_one_transpose_per_weight_so_each_is_packed_once():
