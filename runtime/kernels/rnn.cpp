@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -230,20 +231,22 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> run_layer(const at::Tensor& gi_in
   // the directions at once where there are threads for them (each step waits for the one before); one direction
   // (or more threads than directions were not given to them: at::parallel_for does not nest) splits its steps
   const int64_t parts = s.D == 1 && !at::in_parallel_region() ? at::get_num_threads() : 1;
-  const Mkl* m = mkl_for(s.B, s.T, op_name(mode));
   const int64_t Gp = pt2rt::kernels::padded_gates(s.G);
+  // MKL takes int sizes and strides: a state row's stride in out (out_b) past them keeps the kernel's product
+  const bool ints = std::max({out_b, s.B, s.H * Gp}) <= std::numeric_limits<int>::max();
+  const Mkl* m = ints ? mkl_for(s.B, s.T, op_name(mode)) : nullptr;
   at::parallel_for(0, s.D, 1, [&](int64_t d0, int64_t d1) {
     std::vector<float> scratch(static_cast<size_t>(s.B * (Gp + s.H)));
     for (int64_t d = d0; d < d1; ++d) {
       MklProduct product{m, s.B, s.H, Gp, whh_t[d].data_ptr<float>(), bhh[d].data_ptr<float>(),
                          std::vector<std::unique_ptr<float[]>>(
                              static_cast<size_t>((Gp / pt2rt::kernels::kPanel + kMklPanels - 1) / kMklPanels))};
-      const pt2rt::kernels::RnnProduct own{&product, &MklProduct::run, kMklPanels};
+      const pt2rt::kernels::RnnProduct by_mkl{&product, &MklProduct::run, kMklPanels};
       steps(mode, s.T, s.B, s.H, gi.data_ptr<float>() + d * s.G, gi_t, gi_b, whh_t[d].data_ptr<float>(),
             bhh[d].data_ptr<float>(), h0[d].data_ptr<float>(), c0_in ? c0[d].data_ptr<float>() : nullptr,
             out.data_ptr<float>() + d * s.H, out_t, out_b, d == 1, hn[d].data_ptr<float>(),
             c0_in ? cn[d].data_ptr<float>() : nullptr, scratch.data(), &aten_parallel, parts,
-            m != nullptr ? &own : nullptr);
+            m != nullptr ? &by_mkl : nullptr);
     }
   });
   return {out, hn, cn};
