@@ -239,7 +239,8 @@ std::string mkl_code_path() {
     case 10: return "avx2";
     case 12: return "avx512";
     case 14: return "avx512_e1";
-    default: return "branch " + std::to_string(branch);
+    // later AVX-512 branches (newer Xeons) by number
+    default: return (branch > 14 ? "avx512, MKL branch " : "MKL branch ") + std::to_string(branch);
   }
 }
 
