@@ -120,7 +120,7 @@ struct MklProduct {
   const float *whh, *bhh;
   std::vector<std::unique_ptr<float[]>> packed;  // per group (not zeroed: MKL writes all of it)
 
-  static void run(void* ctx, int64_t /*part*/, int64_t p0, int64_t p1, const float* h, int64_t h_b, float* gh) {
+  static void run(void* ctx, int64_t p0, int64_t p1, const float* h, int64_t h_b, float* gh) {
     auto& self = *static_cast<MklProduct*>(ctx);
     constexpr int64_t panel = pt2rt::kernels::kPanel;
     const int64_t panels = self.Gp / panel;

@@ -205,7 +205,7 @@ struct Step {
   const float *x, *h, *whh, *bhh;  // x: step t's input gates, row b at x + b * gi_b
   int64_t gi_b, h_b, out_b;
   float *gh, *cell, *y;            // y: step t's output rows
-  const pt2rt::kernels::RnnProduct* own_product;  // null: the kernel's
+  const pt2rt::kernels::RnnProduct* by;  // the caller's product, or null: the kernel's
 
   // piece `part` of n: [lo, hi) of `count` items, cut at multiples of `unit`
   std::pair<int64_t, int64_t> share(int64_t part, int64_t n, int64_t count, int64_t unit) const {
@@ -214,9 +214,9 @@ struct Step {
     return {std::min(lo, count), std::min(hi, count)};
   }
   void product(int64_t part) const {
-    const auto [p0, p1] = share(part, parts, Gp / pt2rt::kernels::kPanel, own_product ? own_product->panels : 1);
-    if (own_product != nullptr) {
-      own_product->fn(own_product->ctx, part, p0, p1, h, h_b, gh);
+    const auto [p0, p1] = share(part, parts, Gp / pt2rt::kernels::kPanel, by != nullptr ? by->panels : 1);
+    if (by != nullptr) {
+      by->fn(by->ctx, p0, p1, h, h_b, gh);
     } else {
       recurrent_product(B, H, Gp, p0, p1, h, h_b, whh, bhh, gh);
     }

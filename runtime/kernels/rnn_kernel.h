@@ -26,12 +26,12 @@ inline int64_t padded_gates(int64_t G) { return (G + kPanel - 1) / kPanel * kPan
 //   to gain; null or parts <= 1: all on this thread
 //   product: where not null, it computes each step's recurrent product instead of the kernel's own
 using RnnParallelFn = void (*)(int64_t parts, void* ctx, void (*piece)(void* ctx, int64_t part));
-// The recurrent product of a step for piece `part` of its split: gh[b] = bhh + h[b] W_hh^T for the B rows of h (row b
+// The recurrent product of a piece of a step: gh[b] = bhh + h[b] W_hh^T for the B rows of h (row b
 // at h + b * h_b), the gates of panels [p0, p1) (gh: B rows of G_p floats). Pieces are cut at multiples of `panels`
 // panels (p1 may also be the last panel's end), the same every step.
 struct RnnProduct {
   void* ctx;
-  void (*fn)(void* ctx, int64_t part, int64_t p0, int64_t p1, const float* h, int64_t h_b, float* gh);
+  void (*fn)(void* ctx, int64_t p0, int64_t p1, const float* h, int64_t h_b, float* gh);
   int64_t panels;
 };
 using RnnStepsFn = void (*)(RnnMode mode, int64_t T, int64_t B, int64_t H, const float* gi, int64_t gi_t,
