@@ -46,10 +46,10 @@ def fingerprint(probe_ops: Path, target: str | None, cpu_identity: str | None = 
     from export_tools import cpu
     h = hashlib.sha256(torch.__version__.encode() + str(target).encode() + (b" lite" if lite else b""))
     sources = sorted(Path(export_tools.__file__).parent.glob("*.py")) + sorted(Path(my_ops.__file__).parent.glob("*.py"))
-    kernels = recurrent.find_library()  # the recurrent package calls it
     # (lite: the lite runtime and the ops' lite builds check the lite variants; they do not shape them)
-    for path in sources + [Path(__file__), my_ops.library_path(), probe_ops] + ([kernels] if kernels else []):
+    for path in sources + [Path(__file__), my_ops.library_path(), probe_ops]:
         h.update(path.read_bytes())
+    h.update(kernels_as_exported().encode())
     # the compiler by what it says it is, not by its path (scripts/emulate-x86.sh puts a wrapper in a new folder)
     version = subprocess.run([os.environ.get("CXX", "g++"), "--version"], capture_output=True, text=True).stdout
     cpu_seen = [cpu_identity] if cpu_identity else [cpu.host_arch(), torch.backends.cpu.get_cpu_capability(),
@@ -57,6 +57,22 @@ def fingerprint(probe_ops: Path, target: str | None, cpu_identity: str | None = 
     h.update(json.dumps([*cpu_seen, version, sorted((k, v) for k, v in os.environ.items()
                                          if k.startswith("TORCHINDUCTOR_") and k not in PLACES_NOT_SHAPING)]).encode())
     return h.hexdigest()
+
+
+def kernels_as_exported() -> str:
+    """What of libpt2rt_kernels shapes a package: its ops' schemas and the dispatch keys they have kernels for (a
+    package calls them by name; the golden cases come from eager). Not its bytes: those change with every kernel
+    edit and hold the source folder's path, so a clone elsewhere would compile every package again."""
+    if not recurrent._load(recurrent.find_library()):
+        return "no kernels library"
+    names = sorted(s.name for s in torch._C._jit_get_all_schemas() if s.name.startswith("pt2rt::"))
+    seen = []
+    for name in names:
+        dump = torch._C._dispatch_dump(name).splitlines()
+        seen += [line for line in dump if line.startswith("schema:")]
+        seen += sorted(line.split(":")[0] for line in dump if ": registered at" in line and
+                       not line.startswith(("debug", "name", "schema")))
+    return json.dumps(seen)
 
 
 def machine_cache() -> Path | None:
@@ -81,7 +97,7 @@ def from_cache(cache: Path | None, fp: str, out: Path) -> bool:
     return True
 
 
-def to_cache(cache: Path | None, fp: str, out: Path, keep: int = 8):
+def to_cache(cache: Path | None, fp: str, out: Path, keep: int = 12):
     if cache is None:
         return
     cache.mkdir(parents=True, exist_ok=True)
