@@ -350,8 +350,11 @@ mutant("runtime: MKL keeps its generic code on AMD", "runtime/src/mkl_vendor.cpp
        '  return has("avx2") && has("fma");', "  return false;",
        ctest("^Variants[.]MklRuns"))
 mutant("kernels: MKL's recurrent product without b_hh", "runtime/kernels/rnn.cpp",
-       "std::memcpy(gh + b * self.Gp + p * panel, self.bhh + p * panel, sizeof(float) * n);",
-       "std::memset(gh + b * self.Gp + p * panel, 0, sizeof(float) * n);",
+       "std::memcpy(self.bias[group].get() + k * n, self.bhh + k * self.H + u0, sizeof(float) * n);",
+       "std::memset(self.bias[group].get() + k * n, 0, sizeof(float) * n);",
+       pytest("tests/python/test_recurrent.py", "-k", "mkls_product"))
+mutant("kernels: a step's piece updates only its first group of units (MKL's product)", "runtime/kernels/rnn_impl.h",
+       "    for (int64_t u = u0; u < u1; u += by->units) {", "    for (int64_t u = u0; u < std::min(u1, u0 + 1); u += by->units) {",
        pytest("tests/python/test_recurrent.py", "-k", "mkls_product"))
 mutant("kernels: the reverse direction run forwards", "runtime/kernels/rnn.cpp",
        "out.data_ptr<float>() + d * s.H, out_t, out_b, d == 1,", "out.data_ptr<float>() + d * s.H, out_t, out_b, false,",

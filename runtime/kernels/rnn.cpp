@@ -62,7 +62,7 @@ struct Mkl {
 enum : int { kRowMajor = 101, kNoTrans = 111, kPacked = 151, kBMatrix = 162 };  // mkl_cblas.h
 constexpr int kMklAvx2Branch = 10;                                                 // MKL_CBWR_AVX2 (mkl_cbwr.h)
 constexpr int64_t kMklRowsFrom = 2, kMklStepsFrom = 4;  // fewer steps do not pay for packing W_hh
-constexpr int64_t kMklPanels = 4;
+constexpr int64_t kMklGates = 512;  // per packed product
 
 enum class ProductChoice { Auto, Own, Mkl };
 
@@ -110,44 +110,56 @@ const Mkl* mkl_for(int64_t B, int64_t T, const char* op) {
   return m != nullptr && m->fast && B >= kMklRowsFrom && T >= kMklStepsFrom ? m : nullptr;
 }
 
-// One direction's recurrent product through MKL, kMklPanels gate panels (512 gates) per product: each group's W_hh
-// packed once (at the first step of the piece it belongs to) and multiplied by every step after. A step splits at
-// whole groups, so every value is computed by the same product on any number of threads. (Narrower products cost
-// MKL more per gate: a panel at a time, 8 rows of an LSTM of 256 took 59 us a step against 46 us at once.)
+// One direction's recurrent product through MKL, kMklGates gates per product (every gate of kMklGates / gates
+// units): each group's W_hh columns packed once (at the first step of the piece it belongs to) and multiplied by
+// every step after. A step splits at whole groups, so every value is computed by the same product on any number of
+// threads; a piece updates its units' states right after (one hand-off a step). (Narrower products cost MKL more
+// per gate: 128 gates at a time, 8 rows of an LSTM of 256 took 59 us a step against 46 us at once.)
 struct MklProduct {
   const Mkl* m;
-  int64_t B, H, Gp;
+  int64_t B, H, Gp, gates;
   const float *whh, *bhh;
-  std::vector<std::unique_ptr<float[]>> packed;  // per group (not zeroed: MKL writes all of it)
+  std::vector<std::unique_ptr<float[]>> packed, bias;  // per group (packed not zeroed: MKL writes all of it)
 
-  static void run(void* ctx, int64_t p0, int64_t p1, const float* h, int64_t h_b, float* gh) {
+  // about kMklGates gates per group, groups of equal units (a multiple of 16) so that pieces balance
+  static int64_t units_per_group(int64_t H, int64_t gates) {
+    const int64_t groups = (gates * H + kMklGates - 1) / kMklGates;
+    return ((H + groups - 1) / groups + 15) / 16 * 16;
+  }
+
+  static void run(void* ctx, int64_t u0, const float* h, int64_t h_b, float* g) {
     auto& self = *static_cast<MklProduct*>(ctx);
     constexpr int64_t panel = pt2rt::kernels::kPanel;
-    const int64_t panels = self.Gp / panel;
+    const int64_t per = units_per_group(self.H, self.gates), n = std::min(per, self.H - u0), N = self.gates * n;
+    const size_t group = static_cast<size_t>(u0 / per);
+    auto& packed = self.packed[group];
+    if (!packed) {
+      // the group's columns side by side, gate after gate: H x N, row-major (the B matrix, K x N); b_hh the same
+      std::unique_ptr<float[]> plain(new float[static_cast<size_t>(self.H * N)]);
+      self.bias[group].reset(new float[static_cast<size_t>(N)]);
+      for (int64_t k = 0; k < self.gates; ++k) {
+        std::memcpy(self.bias[group].get() + k * n, self.bhh + k * self.H + u0, sizeof(float) * n);
+        // the gate's columns c0 .. c0 + n of W_hh^T, row by row, a panel's run at a time
+        for (int64_t i = 0, c = k * self.H + u0; i < n;) {
+          const int64_t run = std::min(n - i, panel - c % panel);
+          const float* src = self.whh + (c / panel) * self.H * panel + c % panel;
+          for (int64_t r = 0; r < self.H; ++r) {
+            std::memcpy(plain.get() + r * N + k * n + i, src + r * panel, sizeof(float) * run);
+          }
+          i += run;
+          c += run;
+        }
+      }
+      const int b = static_cast<int>(self.B), k = static_cast<int>(self.H), cols = static_cast<int>(N);
+      packed.reset(new float[self.m->pack_get_size(kBMatrix, b, cols, k) / sizeof(float) + 1]);
+      self.m->pack(kRowMajor, kBMatrix, kNoTrans, b, cols, k, 1.0f, plain.get(), cols, packed.get());
+    }
+    for (int64_t b = 0; b < self.B; ++b) std::memcpy(g + b * N, self.bias[group].get(), sizeof(float) * N);
     // a piece runs on one thread: MKL's own threads would oversubscribe the step's split
     const int threads = self.m->set_num_threads_local(1);
-    for (int64_t p = p0; p < p1; p += kMklPanels) {
-      const int64_t n = std::min(kMklPanels, panels - p) * panel;
-      const int B = static_cast<int>(self.B), H = static_cast<int>(self.H), N = static_cast<int>(n);
-      auto& packed = self.packed[static_cast<size_t>(p / kMklPanels)];
-      if (!packed) {
-        // the group's panels side by side: H x n, row-major (the B matrix, K x N)
-        std::unique_ptr<float[]> plain(new float[static_cast<size_t>(self.H * n)]);
-        for (int64_t q = 0; q < n / panel; ++q) {
-          for (int64_t k = 0; k < self.H; ++k) {
-            std::memcpy(plain.get() + k * n + q * panel, self.whh + ((p + q) * self.H + k) * panel,
-                        sizeof(float) * panel);
-          }
-        }
-        packed.reset(new float[self.m->pack_get_size(kBMatrix, B, N, H) / sizeof(float) + 1]);
-        self.m->pack(kRowMajor, kBMatrix, kNoTrans, B, N, H, 1.0f, plain.get(), N, packed.get());
-      }
-      for (int64_t b = 0; b < self.B; ++b) {
-        std::memcpy(gh + b * self.Gp + p * panel, self.bhh + p * panel, sizeof(float) * n);
-      }
-      self.m->compute(kRowMajor, kNoTrans, kPacked, B, N, H, h, static_cast<int>(h_b), packed.get(), N, 1.0f,
-                      gh + p * panel, static_cast<int>(self.Gp));
-    }
+    self.m->compute(kRowMajor, kNoTrans, kPacked, static_cast<int>(self.B), static_cast<int>(N),
+                    static_cast<int>(self.H), h, static_cast<int>(h_b), packed.get(), static_cast<int>(N), 1.0f, g,
+                    static_cast<int>(N));
     self.m->set_num_threads_local(threads);
   }
 };
@@ -238,10 +250,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> run_layer(const at::Tensor& gi_in
   at::parallel_for(0, s.D, 1, [&](int64_t d0, int64_t d1) {
     std::vector<float> scratch(static_cast<size_t>(s.B * (Gp + s.H)));
     for (int64_t d = d0; d < d1; ++d) {
-      MklProduct product{m, s.B, s.H, Gp, whh_t[d].data_ptr<float>(), bhh[d].data_ptr<float>(),
-                         std::vector<std::unique_ptr<float[]>>(
-                             static_cast<size_t>((Gp / pt2rt::kernels::kPanel + kMklPanels - 1) / kMklPanels))};
-      const pt2rt::kernels::RnnProduct by_mkl{&product, &MklProduct::run, kMklPanels};
+      const int64_t gates = s.G / s.H, per = MklProduct::units_per_group(s.H, gates);
+      const size_t groups = static_cast<size_t>((s.H + per - 1) / per);
+      MklProduct product{m, s.B, s.H, Gp, gates, whh_t[d].data_ptr<float>(), bhh[d].data_ptr<float>(),
+                         std::vector<std::unique_ptr<float[]>>(groups), std::vector<std::unique_ptr<float[]>>(groups)};
+      const pt2rt::kernels::RnnProduct by_mkl{&product, &MklProduct::run, per};
       steps(mode, s.T, s.B, s.H, gi.data_ptr<float>() + d * s.G, gi_t, gi_b, whh_t[d].data_ptr<float>(),
             bhh[d].data_ptr<float>(), h0[d].data_ptr<float>(), c0_in ? c0[d].data_ptr<float>() : nullptr,
             out.data_ptr<float>() + d * s.H, out_t, out_b, d == 1, hn[d].data_ptr<float>(),

@@ -148,38 +148,41 @@ inline void recurrent_product(int64_t B, int64_t H, int64_t Gp, int64_t p0, int6
   }
 }
 
-// The new state of row b for units [j, j_end): the gates x (the input's) and g (the recurrent product's), the
-// previous state hp, an LSTM's cell c (updated in place); y gets the state.
-inline void update_state(RnnMode mode, int64_t H, int64_t j, int64_t j_end, const float* x, const float* g,
+// The new state of row b for `count` units: the gates x (the input's, gate k of unit j at x[k * H + j]) and g (the
+// recurrent product's, at g[k * gs + j]), the previous state hp, an LSTM's cell c (updated in place); y gets the
+// state. Every pointer at the first of the units.
+inline void update_state(RnnMode mode, int64_t H, int64_t count, const float* x, const float* g, int64_t gs,
                          const float* hp, float* c, float* y) {
+  int64_t j = 0;
+  const int64_t j_end = count;
   if (mode == RnnMode::Gru) {
     for (; j + L <= j_end; j += L) {
       const vf r = sigmoid_v(loadv(x + j) + loadv(g + j));
-      const vf z = sigmoid_v(loadv(x + H + j) + loadv(g + H + j));
-      const vf n = tanh_v(loadv(x + 2 * H + j) + r * loadv(g + 2 * H + j));
+      const vf z = sigmoid_v(loadv(x + H + j) + loadv(g + gs + j));
+      const vf n = tanh_v(loadv(x + 2 * H + j) + r * loadv(g + 2 * gs + j));
       storev(y + j, n + z * (loadv(hp + j) - n));
     }
     for (; j < j_end; ++j) {
       const float r = sigmoid_s(x[j] + g[j]);
-      const float z = sigmoid_s(x[H + j] + g[H + j]);
-      const float n = std::tanh(x[2 * H + j] + r * g[2 * H + j]);
+      const float z = sigmoid_s(x[H + j] + g[gs + j]);
+      const float n = std::tanh(x[2 * H + j] + r * g[2 * gs + j]);
       y[j] = n + z * (hp[j] - n);
     }
   } else if (mode == RnnMode::Lstm) {
     for (; j + L <= j_end; j += L) {
       const vf i = sigmoid_v(loadv(x + j) + loadv(g + j));
-      const vf f = sigmoid_v(loadv(x + H + j) + loadv(g + H + j));
-      const vf u = tanh_v(loadv(x + 2 * H + j) + loadv(g + 2 * H + j));
-      const vf o = sigmoid_v(loadv(x + 3 * H + j) + loadv(g + 3 * H + j));
+      const vf f = sigmoid_v(loadv(x + H + j) + loadv(g + gs + j));
+      const vf u = tanh_v(loadv(x + 2 * H + j) + loadv(g + 2 * gs + j));
+      const vf o = sigmoid_v(loadv(x + 3 * H + j) + loadv(g + 3 * gs + j));
       const vf cj = f * loadv(c + j) + i * u;
       storev(c + j, cj);
       storev(y + j, o * tanh_v(cj));
     }
     for (; j < j_end; ++j) {
       const float i = sigmoid_s(x[j] + g[j]);
-      const float f = sigmoid_s(x[H + j] + g[H + j]);
-      const float u = std::tanh(x[2 * H + j] + g[2 * H + j]);
-      const float o = sigmoid_s(x[3 * H + j] + g[3 * H + j]);
+      const float f = sigmoid_s(x[H + j] + g[gs + j]);
+      const float u = std::tanh(x[2 * H + j] + g[2 * gs + j]);
+      const float o = sigmoid_s(x[3 * H + j] + g[3 * gs + j]);
       c[j] = f * c[j] + i * u;
       y[j] = o * std::tanh(c[j]);
     }
@@ -198,10 +201,11 @@ inline void update_state(RnnMode mode, int64_t H, int64_t j, int64_t j_end, cons
   }
 }
 
-// One step of the recurrence, split in `parts` pieces: the product by gate panels, then the update by units.
+// One step of the recurrence, split in `parts` pieces: the product by gate panels, then the update by units (two
+// hand-offs); or, with a caller's product by units, each piece's product and update of its units (one).
 struct Step {
   RnnMode mode;
-  int64_t B, H, Gp, parts;
+  int64_t B, H, Gp, ng, parts;  // ng: gates per unit
   const float *x, *h, *whh, *bhh;  // x: step t's input gates, row b at x + b * gi_b
   int64_t gi_b, h_b, out_b;
   float *gh, *cell, *y;            // y: step t's output rows
@@ -214,17 +218,28 @@ struct Step {
     return {std::min(lo, count), std::min(hi, count)};
   }
   void product(int64_t part) const {
-    const auto [p0, p1] = share(part, parts, Gp / pt2rt::kernels::kPanel, by != nullptr ? by->panels : 1);
-    if (by != nullptr) {
-      by->fn(by->ctx, p0, p1, h, h_b, gh);
-    } else {
-      recurrent_product(B, H, Gp, p0, p1, h, h_b, whh, bhh, gh);
-    }
+    const auto [p0, p1] = share(part, parts, Gp / pt2rt::kernels::kPanel, 1);
+    recurrent_product(B, H, Gp, p0, p1, h, h_b, whh, bhh, gh);
   }
   void update(int64_t part) const {
     const auto [j0, j1] = share(part, parts, H, L);
     for (int64_t b = 0; b < B; ++b) {
-      update_state(mode, H, j0, j1, x + b * gi_b, gh + b * Gp, h + b * h_b, cell + b * H, y + b * out_b);
+      update_state(mode, H, j1 - j0, x + b * gi_b + j0, gh + b * Gp + j0, H, h + b * h_b + j0, cell + b * H + j0,
+                   y + b * out_b + j0);
+    }
+  }
+  // the caller's product and the update, a group of by->units units at a time; a group's gates go to gh at
+  // B * ng * u0, row b's gate k of unit u0 + i at [(b * ng + k) * n + i] (each piece its own units' place)
+  void product_and_update(int64_t part) const {
+    const auto [u0, u1] = share(part, parts, H, by->units);
+    for (int64_t u = u0; u < u1; u += by->units) {
+      const int64_t n = std::min(by->units, H - u);
+      float* g = gh + B * ng * u;
+      by->fn(by->ctx, u, h, h_b, g);
+      for (int64_t b = 0; b < B; ++b) {
+        update_state(mode, H, n, x + b * gi_b + u, g + b * ng * n, n, h + b * h_b + u, cell + b * H + u,
+                     y + b * out_b + u);
+      }
     }
   }
 };
@@ -233,21 +248,29 @@ void rnn_steps(RnnMode mode, int64_t T, int64_t B, int64_t H, const float* gi, i
                const float* whh, const float* bhh, const float* h0, const float* c0, float* out, int64_t out_t,
                int64_t out_b, bool reverse, float* hn, float* cn, float* scratch,
                pt2rt::kernels::RnnParallelFn parallel, int64_t parts, const pt2rt::kernels::RnnProduct* product) {
-  const int64_t G = mode == RnnMode::Gru ? 3 * H : mode == RnnMode::Lstm ? 4 * H : H;
-  const int64_t Gp = pt2rt::kernels::padded_gates(G);
+  const int64_t ng = mode == RnnMode::Gru ? 3 : mode == RnnMode::Lstm ? 4 : 1;
+  const int64_t Gp = pt2rt::kernels::padded_gates(ng * H);
   float* cell = scratch + B * Gp;  // an LSTM's cell state, B x H, updated in place
   if (mode == RnnMode::Lstm) std::memcpy(cell, c0, sizeof(float) * B * H);
-  // no more pieces than gate panels or vectors of units; one when a step is too small to gain from more
-  const int64_t cut = product != nullptr ? product->panels : 1, panels = Gp / pt2rt::kernels::kPanel;
-  parts = std::min({parts, (panels + cut - 1) / cut, (H + L - 1) / L});
+  // no more pieces than gate panels (the caller's product: groups of units) or vectors of units; one when a step
+  // is too small to gain from more
+  parts = std::min(parts, product != nullptr ? (H + product->units - 1) / product->units : Gp / pt2rt::kernels::kPanel);
+  parts = std::min(parts, (H + L - 1) / L);
   if (parallel == nullptr || B * H * Gp < pt2rt::kernels::kSplitStepFrom) parts = 1;
   const float* h = h0;
   int64_t h_b = H;
   for (int64_t s = 0; s < T; ++s) {
     const int64_t t = reverse ? T - 1 - s : s;
-    Step step{mode, B, H, Gp, std::max<int64_t>(parts, 1), gi + t * gi_t, h, whh, bhh, gi_b, h_b, out_b,
+    Step step{mode, B, H, Gp, ng, std::max<int64_t>(parts, 1), gi + t * gi_t, h, whh, bhh, gi_b, h_b, out_b,
               scratch, cell, out + t * out_t, product};
-    if (step.parts == 1) {
+    if (product != nullptr) {  // a piece reads only its units' gates: one hand-off, the next step's h complete
+      if (step.parts == 1) {
+        step.product_and_update(0);
+      } else {
+        parallel(step.parts, &step,
+                 [](void* ctx, int64_t part) { static_cast<const Step*>(ctx)->product_and_update(part); });
+      }
+    } else if (step.parts == 1) {
       step.product(0);
       step.update(0);
     } else {  // each call returns when every piece is done: the update reads all the product's gates

@@ -26,20 +26,21 @@ inline int64_t padded_gates(int64_t G) { return (G + kPanel - 1) / kPanel * kPan
 //   to gain; null or parts <= 1: all on this thread
 //   product: where not null, it computes each step's recurrent product instead of the kernel's own
 using RnnParallelFn = void (*)(int64_t parts, void* ctx, void (*piece)(void* ctx, int64_t part));
-// The recurrent product of a piece of a step: gh[b] = bhh + h[b] W_hh^T for the B rows of h (row b
-// at h + b * h_b), the gates of panels [p0, p1) (gh: B rows of G_p floats). Pieces are cut at multiples of `panels`
-// panels (p1 may also be the last panel's end), the same every step.
+// A caller's recurrent product, by groups of `units` units: fn computes, for the B rows of h (row b at
+// h + b * h_b), every gate of units [u0, u0 + n) (u0 a multiple of `units`, n = min(units, H - u0)) with b_hh:
+// row b's gate k of unit u0 + i at g[(b * gates + k) * n + i] (gates: 3 for a GRU, 4 for an LSTM, 1 for an RNN).
+// A step's pieces are whole groups, each updating its own units right after its product.
 struct RnnProduct {
   void* ctx;
-  void (*fn)(void* ctx, int64_t p0, int64_t p1, const float* h, int64_t h_b, float* gh);
-  int64_t panels;
+  void (*fn)(void* ctx, int64_t u0, const float* h, int64_t h_b, float* g);
+  int64_t units;
 };
 using RnnStepsFn = void (*)(RnnMode mode, int64_t T, int64_t B, int64_t H, const float* gi, int64_t gi_t,
                             int64_t gi_b, const float* whh, const float* bhh, const float* h0, const float* c0,
                             float* out, int64_t out_t, int64_t out_b, bool reverse, float* hn, float* cn,
                             float* scratch, RnnParallelFn parallel, int64_t parts, const RnnProduct* product);
 
-// A step's multiply-adds from which splitting it across threads gains (two hand-offs per step cost a few us): an
+// A step's multiply-adds from which splitting it across threads gains (a hand-off costs a few us): an
 // LSTM of 256 (256 x 1024 per row) splits, a GRU of 64 does not.
 constexpr int64_t kSplitStepFrom = int64_t{1} << 17;
 

@@ -193,8 +193,9 @@ def test_a_dynamic_batch_and_sequence_trace_through_the_kernels():
 
 @pytest.mark.parametrize("config", [c for c in CONFIGS if c[2] >= 256 and not c[4]], ids=lambda c: c[0])
 def test_steps_split_across_threads_give_one_threads_answer_bit_for_bit(config):
-    """A single direction splits each step's product (by gate panels) and update (by units) across the intra-op
-    threads: each value is computed as one thread computes it, whatever the thread count, NaN included."""
+    """A single direction splits each step across the intra-op threads - the kernel's product by gate panels, then
+    the update by units; MKL's product and the update together by groups of units - and each value is computed as
+    one thread computes it, whatever the thread count, NaN included."""
     kind, i, h, layers, bi, bf, batch, steps, bias = config
     torch.manual_seed(2)
     m = module(kind, i, h, 1, bi, bf, bias)
