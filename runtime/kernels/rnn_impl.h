@@ -217,8 +217,22 @@ struct Step {
     const int64_t lo = units * part / n * unit, hi = units * (part + 1) / n * unit;
     return {std::min(lo, count), std::min(hi, count)};
   }
+  // the input gates of units [u0, u1) on their way to cache while the product runs: the input projection wrote
+  // them before the recurrence (another core's cache, or memory, for the batch's rows)
+  void prefetch_inputs(int64_t u0, int64_t u1) const {
+    constexpr int64_t kLine = 64 / sizeof(float);
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t k = 0; k < ng; ++k) {
+        const float* row = x + b * gi_b + k * H;
+        for (int64_t u = u0; u < u1; u += kLine) __builtin_prefetch(row + u);
+        __builtin_prefetch(row + u1 - 1);
+      }
+    }
+  }
   void product(int64_t part) const {
     const auto [p0, p1] = share(part, parts, Gp / pt2rt::kernels::kPanel, 1);
+    const auto [j0, j1] = share(part, parts, H, L);  // this piece's update (the same part on the same thread)
+    if (j0 < j1) prefetch_inputs(j0, j1);
     recurrent_product(B, H, Gp, p0, p1, h, h_b, whh, bhh, gh);
   }
   void update(int64_t part) const {
@@ -235,6 +249,7 @@ struct Step {
     for (int64_t u = u0; u < u1; u += by->units) {
       const int64_t n = std::min(by->units, H - u);
       float* g = gh + B * ng * u;
+      prefetch_inputs(u, u + n);
       by->fn(by->ctx, u, h, h_b, g);
       for (int64_t b = 0; b < B; ++b) {
         update_state(mode, H, n, x + b * gi_b + u, g + b * ng * n, n, h + b * h_b + u, cell + b * H + u,
