@@ -117,14 +117,14 @@ const Mkl* mkl_for(int64_t B, int64_t T, const char* op) {
 // per gate: 128 gates at a time, 8 rows of an LSTM of 256 took 59 us a step against 46 us at once.)
 struct MklProduct {
   const Mkl* m;
-  int64_t B, H, Gp, gates;
+  int64_t B, H, gates;
   const float *whh, *bhh;
   std::vector<std::unique_ptr<float[]>> packed, bias;  // per group (packed not zeroed: MKL writes all of it)
 
   // about kMklGates gates per group, groups of equal units (a multiple of 16) so that pieces balance
   static int64_t units_per_group(int64_t H, int64_t gates) {
-    const int64_t groups = (gates * H + kMklGates - 1) / kMklGates;
-    return ((H + groups - 1) / groups + 15) / 16 * 16;
+    const int64_t groups = std::max<int64_t>((gates * H + kMklGates - 1) / kMklGates, 1);
+    return std::max<int64_t>(((H + groups - 1) / groups + 15) / 16 * 16, 16);
   }
 
   static void run(void* ctx, int64_t u0, const float* h, int64_t h_b, float* g) {
@@ -250,9 +250,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> run_layer(const at::Tensor& gi_in
   at::parallel_for(0, s.D, 1, [&](int64_t d0, int64_t d1) {
     std::vector<float> scratch(static_cast<size_t>(s.B * (Gp + s.H)));
     for (int64_t d = d0; d < d1; ++d) {
-      const int64_t gates = s.G / s.H, per = MklProduct::units_per_group(s.H, gates);
+      const int64_t gates = mode == RnnMode::Gru ? 3 : mode == RnnMode::Lstm ? 4 : 1;
+      const int64_t per = MklProduct::units_per_group(s.H, gates);
       const size_t groups = static_cast<size_t>((s.H + per - 1) / per);
-      MklProduct product{m, s.B, s.H, Gp, gates, whh_t[d].data_ptr<float>(), bhh[d].data_ptr<float>(),
+      MklProduct product{m, s.B, s.H, gates, whh_t[d].data_ptr<float>(), bhh[d].data_ptr<float>(),
                          std::vector<std::unique_ptr<float[]>>(groups), std::vector<std::unique_ptr<float[]>>(groups)};
       const pt2rt::kernels::RnnProduct by_mkl{&product, &MklProduct::run, per};
       steps(mode, s.T, s.B, s.H, gi.data_ptr<float>() + d * s.G, gi_t, gi_b, whh_t[d].data_ptr<float>(),

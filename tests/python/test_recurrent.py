@@ -110,6 +110,16 @@ def test_bad_arguments_are_refused_naming_what():
         torch.ops.pt2rt.rnn_layer(gi.double(), h0.double(), [w], [b], "gru", False)
 
 
+def test_a_layer_of_no_units_gives_empty_outputs():
+    """H = 0 (nothing torch.nn makes, but the op takes it): empty outputs and states, on either product."""
+    gi, h0, w, b = torch.zeros(6, 2, 0), torch.zeros(1, 2, 0), torch.zeros(0, 0, 128), torch.zeros(0)
+    for mode in ("gru", "rnn_tanh", "rnn_relu"):
+        out, hn = torch.ops.pt2rt.rnn_layer(gi, h0, [w], [b], mode, False)
+        assert out.shape == (6, 2, 0) and hn.shape == (1, 2, 0)
+    out, hn, cn = torch.ops.pt2rt.lstm_layer(gi, h0, h0, [w], [b], False)
+    assert out.shape == (6, 2, 0) and hn.shape == cn.shape == (1, 2, 0)
+
+
 class Stack(torch.nn.Module):
     def __init__(self, config):
         super().__init__()
@@ -250,6 +260,7 @@ def test_mkls_product_gives_torchs_answer_the_same_on_any_number_of_threads():
         pytest.skip("this torch has no MKL (not x86-64)")
     body = ("for c in t.CONFIGS: t.test_the_kernel_gives_torchs_answer(c)\n"
             "t.test_non_finite_values_travel_as_in_torch()\n"
+            "t.test_a_layer_of_no_units_gives_empty_outputs()\n"
             "for c in t.CONFIGS:\n"
             "    if c[2] >= 256 and not c[4]: t.test_steps_split_across_threads_give_one_threads_answer_bit_for_bit(c)\n")
     done = _in_a_process({"PT2RT_RNN_PRODUCT": "mkl"}, body)
