@@ -23,6 +23,10 @@ constexpr int L = 8;  // AVX2's registers; elsewhere GCC splits a vector into th
 constexpr int kBlockVectors = 8;  // accumulators of one row's product (8 of 32 registers on AVX-512, 8 of 16 on AVX2)
 constexpr int kRowVectors = L == 16 ? 4 : 2;  // per row when 4 rows go together: 16 of 32 registers, or 8 of 16
 
+// pieces of a step's update cut at whole cache lines of a state row (whole vectors too): two threads never write
+// one line
+constexpr int64_t kUnitCut = 64 / sizeof(float);
+
 typedef float vf __attribute__((vector_size(L * sizeof(float))));
 typedef int32_t vi __attribute__((vector_size(L * sizeof(int32_t))));
 
@@ -231,12 +235,12 @@ struct Step {
   }
   void product(int64_t part) const {
     const auto [p0, p1] = share(part, parts, Gp / pt2rt::kernels::kPanel, 1);
-    const auto [j0, j1] = share(part, parts, H, L);  // this piece's update (the same part on the same thread)
+    const auto [j0, j1] = share(part, parts, H, kUnitCut);  // this piece's update (the same part, the same thread)
     if (j0 < j1) prefetch_inputs(j0, j1);
     recurrent_product(B, H, Gp, p0, p1, h, h_b, whh, bhh, gh);
   }
   void update(int64_t part) const {
-    const auto [j0, j1] = share(part, parts, H, L);
+    const auto [j0, j1] = share(part, parts, H, kUnitCut);
     for (int64_t b = 0; b < B; ++b) {
       update_state(mode, H, j1 - j0, x + b * gi_b + j0, gh + b * Gp + j0, H, h + b * h_b + j0, cell + b * H + j0,
                    y + b * out_b + j0);
@@ -267,10 +271,10 @@ void rnn_steps(RnnMode mode, int64_t T, int64_t B, int64_t H, const float* gi, i
   const int64_t Gp = pt2rt::kernels::padded_gates(ng * H);
   float* cell = scratch + B * Gp;  // an LSTM's cell state, B x H, updated in place
   if (mode == RnnMode::Lstm) std::memcpy(cell, c0, sizeof(float) * B * H);
-  // no more pieces than gate panels (the caller's product: groups of units) or vectors of units; one when a step
+  // no more pieces than gate panels (the caller's product: groups of units) or cache lines of units; one when a step
   // is too small to gain from more
   parts = std::min(parts, product != nullptr ? (H + product->units - 1) / product->units : Gp / pt2rt::kernels::kPanel);
-  parts = std::min(parts, (H + L - 1) / L);
+  parts = std::min(parts, (H + kUnitCut - 1) / kUnitCut);
   if (parallel == nullptr || B * H * Gp < pt2rt::kernels::kSplitStepFrom) parts = 1;
   const float* h = h0;
   int64_t h_b = H;
