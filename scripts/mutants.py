@@ -353,6 +353,9 @@ mutant("kernels: MKL's recurrent product without b_hh", "runtime/kernels/rnn.cpp
        "std::memcpy(self.bias[group].get() + k * n, self.bhh + k * self.H + u0, sizeof(float) * n);",
        "std::memset(self.bias[group].get() + k * n, 0, sizeof(float) * n);",
        pytest("tests/python/test_recurrent.py", "-k", "mkls_product"))
+mutant("kernels: MKL packs and multiplies at the process's thread count", "runtime/kernels/rnn.cpp",
+       "    const int threads = self.m->set_num_threads_local(1);", "    const int threads = self.m->set_num_threads_local(0);",
+       pytest("tests/python/test_recurrent.py", "-k", "mkls_product"))
 mutant("kernels: a step's piece updates only its first group of units (MKL's product)", "runtime/kernels/rnn_impl.h",
        "    for (int64_t u = u0; u < u1; u += by->units) {", "    for (int64_t u = u0; u < std::min(u1, u0 + 1); u += by->units) {",
        pytest("tests/python/test_recurrent.py", "-k", "mkls_product"))

@@ -132,6 +132,9 @@ struct MklProduct {
     constexpr int64_t panel = pt2rt::kernels::kPanel;
     const int64_t per = units_per_group(self.H, self.gates), n = std::min(per, self.H - u0), N = self.gates * n;
     const size_t group = static_cast<size_t>(u0 / per);
+    // one thread for the packing and the product: MKL's own threads would oversubscribe a split step, and MKL packs
+    // by the thread count it will use (another count, other sums: the bits would follow the intra-op threads)
+    const int threads = self.m->set_num_threads_local(1);
     auto& packed = self.packed[group];
     if (!packed) {
       // the group's columns side by side, gate after gate: H x N, row-major (the B matrix, K x N); b_hh the same
@@ -155,8 +158,6 @@ struct MklProduct {
       self.m->pack(kRowMajor, kBMatrix, kNoTrans, b, cols, k, 1.0f, plain.get(), cols, packed.get());
     }
     for (int64_t b = 0; b < self.B; ++b) std::memcpy(g + b * N, self.bias[group].get(), sizeof(float) * N);
-    // a piece runs on one thread: MKL's own threads would oversubscribe the step's split
-    const int threads = self.m->set_num_threads_local(1);
     self.m->compute(kRowMajor, kNoTrans, kPacked, static_cast<int>(self.B), static_cast<int>(N),
                     static_cast<int>(self.H), h, static_cast<int>(h_b), packed.get(), static_cast<int>(N), 1.0f, g,
                     static_cast<int>(N));

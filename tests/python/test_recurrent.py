@@ -45,8 +45,10 @@ def module(kind, i, h, layers, bi, bf, bias):
                         bidirectional=bi).eval()
 
 
-def layer_by_kernel(m, kind, layer, x, h0, c0=None):
-    """One layer of m through pt2rt::rnn_layer (lstm_layer), with the input gates as the exporter computes them."""
+def layer_by_kernel(m, kind, layer, x, h0, c0=None, threads=()):
+    """One layer of m through pt2rt::rnn_layer (lstm_layer), with the input gates as the exporter computes them.
+    threads: the op's results at each of these intra-op thread counts instead (the input gates computed once: MKL's
+    linear layers may round differently at another count)."""
     directions = 2 if m.bidirectional else 1
     names = [f"_l{layer}" + ("_reverse" if d else "") for d in range(directions)]
     w_ih = torch.cat([getattr(m, "weight_ih" + n) for n in names])
@@ -55,9 +57,21 @@ def layer_by_kernel(m, kind, layer, x, h0, c0=None):
     whh = [recurrent.pack_whh(getattr(m, "weight_hh" + n)) for n in names]
     bhh = [recurrent.pad_bhh(getattr(m, "bias_hh" + n) if m.bias else torch.zeros(gates)) for n in names]
     gi = torch.nn.functional.linear(x, w_ih, b_ih)
-    if kind == "lstm":
-        return torch.ops.pt2rt.lstm_layer(gi, h0, c0, whh, bhh, m.batch_first)
-    return torch.ops.pt2rt.rnn_layer(gi, h0, whh, bhh, kind, m.batch_first)
+
+    def op():
+        if kind == "lstm":
+            return torch.ops.pt2rt.lstm_layer(gi, h0, c0, whh, bhh, m.batch_first)
+        return torch.ops.pt2rt.rnn_layer(gi, h0, whh, bhh, kind, m.batch_first)
+    if not threads:
+        return op()
+    saved, results = torch.get_num_threads(), {}
+    try:
+        for n in threads:
+            torch.set_num_threads(n)
+            results[n] = op()
+    finally:
+        torch.set_num_threads(saved)
+    return results
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: "-".join(map(str, c)))
@@ -212,15 +226,8 @@ def test_steps_split_across_threads_give_one_threads_answer_bit_for_bit(config):
     x = torch.randn(batch, steps, i) if bf else torch.randn(steps, batch, i)
     (x[:, -1] if bf else x[-1])[0, 0] = float("nan")  # the last step: the steps before it stay finite
     h0, c0 = torch.randn(1, batch, h), torch.randn(1, batch, h)
-    saved = torch.get_num_threads()
-    results = {}
-    try:
-        for threads in (1, 2, 3):
-            torch.set_num_threads(threads)
-            with torch.no_grad():
-                results[threads] = layer_by_kernel(m, kind, 0, x, h0, c0)
-    finally:
-        torch.set_num_threads(saved)
+    with torch.no_grad():
+        results = layer_by_kernel(m, kind, 0, x, h0, c0, threads=(1, 2, 3))
     assert results[1][0].isnan().any() and not results[1][0].isnan().all()
     for threads in (2, 3):
         for got, one in zip(results[threads], results[1]):
@@ -245,19 +252,25 @@ def test_the_kernel_of_every_isa_gives_torchs_answer():
     CPU runs, in a process of its own, with its own recurrent product (PT2RT_RNN_PRODUCT=own)."""
     body = "for c in t.CONFIGS: t.test_the_kernel_gives_torchs_answer(c)\nt.test_non_finite_values_travel_as_in_torch()\n"
     # torch takes ATEN_CPU_CAPABILITY as it is: past what the CPU has, its own kernels stop the process (SIGILL)
-    flags = set(re.search(r"^flags\s*:(.*)$", Path("/proc/cpuinfo").read_text(), re.M).group(1).split())
+    flags = _cpu_flags()
     needs = {"default": set(), "avx2": {"avx2", "fma"}, "avx512": {"avx512f", "avx512bw", "avx512vl", "avx512dq"}}
     for isa in (isa for isa, flags_needed in needs.items() if flags_needed <= flags):
         done = _in_a_process({"ATEN_CPU_CAPABILITY": isa, "PT2RT_RNN_PRODUCT": "own"}, body)
         assert done.returncode == 0, f"ATEN_CPU_CAPABILITY={isa}: {done.stderr[-2000:]}"
 
 
-def test_mkls_product_gives_torchs_answer_the_same_on_any_number_of_threads():
+def _cpu_flags() -> set[str]:
+    return set(re.search(r"^flags\s*:(.*)$", Path("/proc/cpuinfo").read_text(), re.M).group(1).split())
+
+
+def test_mkls_product_gives_torchs_answer_the_same_on_any_number_of_threads(tmp_path):
     """From 2 rows and 4 steps the recurrent product is MKL's packed one where MKL runs its AVX2 / AVX-512 code (the
     runtime's libpt2rt makes it do so on AMD too); PT2RT_RNN_PRODUCT=mkl takes it for every layer, whatever code MKL
-    runs in this process."""
+    runs in this process: here twice, as MKL chooses in a bare process (its generic code on AMD) and with the vendor
+    check answered as libpt2rt answers it (its AVX2 / AVX-512 code; MKL rounds by its thread count there)."""
     if not torch.backends.mkl.is_available():
         pytest.skip("this torch has no MKL (not x86-64)")
+    import subprocess
     body = ("for c in t.CONFIGS: t.test_the_kernel_gives_torchs_answer(c)\n"
             "t.test_non_finite_values_travel_as_in_torch()\n"
             "t.test_a_layer_of_no_units_gives_empty_outputs()\n"
@@ -265,6 +278,15 @@ def test_mkls_product_gives_torchs_answer_the_same_on_any_number_of_threads():
             "    if c[2] >= 256 and not c[4]: t.test_steps_split_across_threads_give_one_threads_answer_bit_for_bit(c)\n")
     done = _in_a_process({"PT2RT_RNN_PRODUCT": "mkl"}, body)
     assert done.returncode == 0, done.stderr[-2000:]
+    if {"avx2", "fma"} <= _cpu_flags():
+        stub = tmp_path / "vendor.c"
+        stub.write_text("int mkl_serv_intel_cpu_true(void) { return 1; }\n")  # runtime/src/mkl_vendor.cpp's answer
+        subprocess.run(["cc", "-shared", "-fPIC", "-o", str(tmp_path / "libvendor.so"), str(stub)], check=True)
+        fast = ("import ctypes, os\n"
+                "lib = ctypes.CDLL(os.path.join(os.path.dirname(t.torch.__file__), 'lib', 'libtorch_cpu.so'))\n"
+                "assert lib.mkl_serv_cbwr_get_auto_branch() >= 10, 'MKL runs its generic code'\n")
+        done = _in_a_process({"PT2RT_RNN_PRODUCT": "mkl", "LD_PRELOAD": str(tmp_path / "libvendor.so")}, fast + body)
+        assert done.returncode == 0, "MKL's AVX2 / AVX-512 code: " + done.stderr[-2000:]
     done = _in_a_process({"PT2RT_RNN_PRODUCT": "fastest"}, "t.test_the_kernel_gives_torchs_answer(t.CONFIGS[0])\n")
     assert done.returncode != 0 and "PT2RT_RNN_PRODUCT must be own or mkl (or unset), got 'fastest'" in done.stderr, \
         done.stderr[-2000:]
