@@ -121,7 +121,7 @@ struct MklProduct {
   const float *whh, *bhh;
   std::vector<std::unique_ptr<float[]>> packed, bias;  // per group (packed not zeroed: MKL writes all of it)
 
-  // about kMklGates gates per group, groups of equal units (a multiple of 16) so that pieces balance
+  // about kMklGates gates per group, groups of equal units but the last (a multiple of 16) so that pieces balance
   static int64_t units_per_group(int64_t H, int64_t gates) {
     const int64_t groups = std::max<int64_t>((gates * H + kMklGates - 1) / kMklGates, 1);
     return std::max<int64_t>(((H + groups - 1) / groups + 15) / 16 * 16, 16);

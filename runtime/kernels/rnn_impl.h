@@ -23,8 +23,8 @@ constexpr int L = 8;  // AVX2's registers; elsewhere GCC splits a vector into th
 constexpr int kBlockVectors = 8;  // accumulators of one row's product (8 of 32 registers on AVX-512, 8 of 16 on AVX2)
 constexpr int kRowVectors = L == 16 ? 4 : 2;  // per row when 4 rows go together: 16 of 32 registers, or 8 of 16
 
-// pieces of a step's update cut at whole cache lines of a state row (whole vectors too): two threads never write
-// one line
+// pieces of a step's update cut at 16-unit multiples of a row: whole vectors, and whole cache lines where the rows
+// start on one (H a multiple of 16), so two threads do not write one line there
 constexpr int64_t kUnitCut = 64 / sizeof(float);
 
 typedef float vf __attribute__((vector_size(L * sizeof(float))));
@@ -235,7 +235,7 @@ struct Step {
   }
   void product(int64_t part) const {
     const auto [p0, p1] = share(part, parts, Gp / pt2rt::kernels::kPanel, 1);
-    const auto [j0, j1] = share(part, parts, H, kUnitCut);  // this piece's update (the same part, the same thread)
+    const auto [j0, j1] = share(part, parts, H, kUnitCut);  // this piece's update (OpenMP: the same thread)
     if (j0 < j1) prefetch_inputs(j0, j1);
     recurrent_product(B, H, Gp, p0, p1, h, h_b, whh, bhh, gh);
   }

@@ -24,6 +24,7 @@ CONFIGS = [  # kind, input, hidden, layers, bidirectional, batch_first, batch, s
     ("lstm", 40, 256, 1, False, True, 1, 12, True),
     ("gru", 30, 256, 2, False, False, 2, 6, True),
     ("rnn_tanh", 16, 516, 1, False, True, 1, 5, True),  # 516: a tail past AVX2's and AVX-512's vectors
+    ("gru", 30, 392, 1, False, False, 2, 6, True),  # MKL's product: 3 groups of units (144, 144, 104), 2 in a piece
     # rows in groups of 4, 2 and 1 over several gate panels (the product goes panel by panel, all rows in each)
     ("lstm", 9, 40, 2, True, True, 7, 4, True),
     ("gru", 24, 256, 1, False, True, 7, 3, True),
