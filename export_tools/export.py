@@ -21,7 +21,7 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from . import compat, cpu, dynamic, libraries, recurrent
+from . import compat, convolutions, cpu, dynamic, libraries, recurrent
 from . import golden as _golden
 from . import lite as _lite
 from ._version import read as _version
@@ -169,7 +169,7 @@ def _export_checked(model: torch.nn.Module, inputs: list[torch.Tensor], plan: _P
     with _stage("export"):
         ep = _export(model, inputs, dims)
         if device == "cpu":
-            ep = recurrent.fuse(ep)
+            ep = convolutions.fuse(recurrent.fuse(ep))
         used = _custom_calls(ep)
         lite_ops = _lite.refuse_unrunnable(used, ep) if plan.lite else {}
         spec = _spec(ep, path, device, dims, used, plan.metadata, len(expected))

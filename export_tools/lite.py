@@ -43,9 +43,10 @@ SHIM_FUNCTIONS = frozenset({
     "aoti_torch_clone", "aoti_torch_clone_preserve_strides", "aoti_torch_copy_", "aoti_torch_check",
     "aoti_torch_cpu_addmm_out", "aoti_torch_cpu_mm_out", "aoti_torch_cpu_bmm_out", "aoti_torch_cpu_convolution",
     "aoti_torch_cpu__scaled_dot_product_flash_attention_for_cpu",
-    "aoti_torch_cpu_rnn_layer", "aoti_torch_cpu_lstm_layer",
+    "aoti_torch_cpu_rnn_layer", "aoti_torch_cpu_lstm_layer", "aoti_torch_cpu_depthwise_conv2d",
 })
-# Custom ops the lite runtime runs itself (runtime/lite/rnn.cpp: the recurrent layers export_tools.recurrent makes),
+# Custom ops the lite runtime runs itself (the recurrent layers export_tools.recurrent makes, runtime/lite/rnn.cpp;
+# the depthwise convolutions of export_tools.convolutions, runtime/lite/ops.cpp),
 # called by the C function inductor is told to call in their place (aot_inductor.custom_ops_to_c_shims)
 BUILTIN_OPS = {
     "pt2rt::rnn_layer": "AOTITorchError aoti_torch_cpu_rnn_layer(AtenTensorHandle gi, AtenTensorHandle h0, "
@@ -56,6 +57,10 @@ BUILTIN_OPS = {
                          "AtenTensorHandle c0, const AtenTensorHandle* whh_t, int64_t whh_t_len_, "
                          "const AtenTensorHandle* bhh, int64_t bhh_len_, int32_t batch_first, "
                          "AtenTensorHandle* ret0, AtenTensorHandle* ret1, AtenTensorHandle* ret2)",
+    "pt2rt::depthwise_conv2d": "AOTITorchError aoti_torch_cpu_depthwise_conv2d(AtenTensorHandle x, "
+                               "AtenTensorHandle weight, AtenTensorHandle* bias, const int64_t* stride, "
+                               "int64_t stride_len_, const int64_t* padding, int64_t padding_len_, "
+                               "const int64_t* dilation, int64_t dilation_len_, AtenTensorHandle* ret0)",
 }
 # What a lite library may need besides the shim (DT_NEEDED); the lite bundle ships Sleef.
 LIBRARIES = ("libgomp.so.1", "libsleef.so.3", "libstdc++.so.6", "libm.so.6", "libgcc_s.so.1", "libc.so.6",

@@ -13,9 +13,10 @@ so the adds fuse into the kernel of whatever follows (an activation, a residual 
 operations as eager up to float rounding, NaN and inf included.
 
 `weight_packing(variant)`: oneDNN's packed weights (inductor's `cpp.weight_prepack`) for the depthwise convolutions
-and the small dense ones (a kernel larger than 1x1; ungrouped with at most PACK_MAX_POSITIONS output positions) in
-the native variant, and on an AVX-512 machine also for the linear layers with a static row count and the LSTM layers,
-in the avx512 variant too. oneDNN lays the weights out for the CPU class it runs on (`onednn_class`) and falls back
+that export_tools.convolutions leaves to ATen (all of them where the kernels library is missing) and the small dense
+ones (a kernel larger than 1x1; ungrouped with at most PACK_MAX_POSITIONS output positions) in the native variant,
+and on an AVX-512 machine also for the linear layers with a static row count and the LSTM layers, in the avx512
+variant too. oneDNN lays the weights out for the CPU class it runs on (`onednn_class`) and falls back
 to a reference kernel where the class at run time differs, so the spec records the class a variant was packed for
 (`packed_for`) and the runtimes pass over a variant packed for another class; the portable avx2 and default variants
 stay unpacked. On an AVX2 machine oneDNN's packed linear layers lost to MKL's products, so only the convolutions are

@@ -61,6 +61,11 @@ def _load(path: Path | None) -> bool:
     return True
 
 
+def load_kernels() -> bool:
+    """libpt2rt_kernels.so loaded (where it is not yet) with its ops' shapes for tracing; False without it."""
+    return _load(None if _registered() else find_library())
+
+
 def _registered() -> bool:
     try:
         torch._C._get_schema("pt2rt::rnn_layer", "")
@@ -91,6 +96,8 @@ def _register_fakes() -> None:
     def _lstm_layer(gi, h0, c0, whh, bhh, batch_first):
         return (*outputs(gi, h0, batch_first), c0.new_empty(c0.shape))
 
+    from . import convolutions  # the library's other op
+    convolutions.register()
     _fakes_registered = True
 
 
@@ -130,7 +137,7 @@ def fuse(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
     calls = [n for n in _rnn_calls(ep) if _fusable(n)]
     if not calls:
         return ep
-    if not _load(None if _registered() else find_library()):
+    if not load_kernels():
         log.warning("%s not found (%s, %s): the model's recurrent layers are left as inductor makes them, a "
                     "product per step - build the runtime (make build) or set %s", LIBRARY_NAME, ENV_VAR,
                     ", ".join(str(p) for p in library_candidates()), ENV_VAR)

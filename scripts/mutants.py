@@ -349,6 +349,13 @@ mutant("runtime: keep_freed_memory lets a thread arena's next heap go", "runtime
 mutant("runtime: MKL keeps its generic code on AMD", "runtime/src/mkl_vendor.cpp",
        '  return has("avx2") && has("fma");', "  return false;",
        ctest("^Variants[.]MklRuns"))
+mutant("kernels: a depthwise block's border pixels take every tap, the padding's too", "runtime/kernels/depthwise_impl.h",
+       "        if (kChecked && (kx < kx0[p] || kx >= kx1[p])) continue;", "",
+       pytest("tests/python/test_depthwise.py", "-k", "torchs_answer and not isa"))
+mutant("kernels: a depthwise row's unchecked blocks reach one pixel into the right border", "runtime/kernels/depthwise_impl.h",
+       "    if (n == kDepthwisePixels && ox >= inner0 && ox + n <= inner1) {",
+       "    if (n == kDepthwisePixels && ox >= inner0 && ox + n <= inner1 + 1) {",
+       pytest("tests/python/test_depthwise.py", "-k", "torchs_answer and not isa"))
 mutant("kernels: MKL's recurrent product without b_hh", "runtime/kernels/rnn.cpp",
        "std::memcpy(self.bias[group].get() + k * n, self.bhh + k * self.H + u0, sizeof(float) * n);",
        "std::memset(self.bias[group].get() + k * n, 0, sizeof(float) * n);",

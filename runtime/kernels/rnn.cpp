@@ -19,6 +19,7 @@
 #include <tuple>
 #include <vector>
 
+#include "isa.h"
 #include "rnn_kernel.h"
 
 namespace {
@@ -26,22 +27,10 @@ namespace {
 using pt2rt::kernels::RnnMode;
 using pt2rt::kernels::RnnStepsFn;
 
-// The best recurrence this CPU runs, chosen once; ATEN_CPU_CAPABILITY (torch's switch: default, avx2, avx512) caps it.
+// The best recurrence this CPU runs, chosen once (isa.h).
 RnnStepsFn steps_fn() {
-  static const RnnStepsFn fn = [] {
-    const char* env = std::getenv("ATEN_CPU_CAPABILITY");
-    const std::string cap = env != nullptr ? env : "";
-    if (cap == "default") return pt2rt::kernels::rnn_steps_baseline();
-#if defined(__x86_64__)
-    __builtin_cpu_init();
-    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-    if (avx512 && cap != "avx2" && pt2rt::kernels::rnn_steps_avx512()) return pt2rt::kernels::rnn_steps_avx512();
-    if (avx2 && pt2rt::kernels::rnn_steps_avx2()) return pt2rt::kernels::rnn_steps_avx2();
-#endif
-    return pt2rt::kernels::rnn_steps_baseline();
-  }();
+  static const RnnStepsFn fn = pt2rt::kernels::widest_isa(
+      pt2rt::kernels::rnn_steps_baseline(), pt2rt::kernels::rnn_steps_avx2(), pt2rt::kernels::rnn_steps_avx512());
   return fn;
 }
 

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "../kernels/depthwise.h"
+
 namespace pt2rt::lite {
 
 // c[r][j] for r < rows <= mr, j < cols <= nr (rows c_rs floats apart, columns contiguous) =
@@ -14,19 +16,9 @@ namespace pt2rt::lite {
 using MicroKernel = void (*)(int64_t segments, int64_t len, const float* const* a, const float* b, float* c,
                              int64_t c_rs, int64_t rows, int64_t cols, const float* init, bool accumulate);
 
-// One row of a depthwise convolution with channels contiguous (channels-last), all channels:
-// out[ox * out_ps + ch] = bias[ch] + sum over taps in bounds of in[iy * in_rs + ix * in_ps + ch] * w[tap * c + ch]
-// for ox < ow, ix = ox * sw - pw + kx * dw, iy = oy * sh - ph + ky * dh (in is the image's first element).
-struct DepthwiseRow {
-  const float* in;
-  int64_t in_rs, in_ps, h, w;
-  const float* weight;  // [kh * kw][c]
-  const float* bias;    // [c]
-  int64_t c, kh, kw, sh, sw, ph, pw, dh, dw;
-  float* out;  // the row's first element
-  int64_t out_ps, ow;
-};
-using DepthwiseRowKernel = void (*)(const DepthwiseRow& args, int64_t oy);
+// depthwise_row: runtime/kernels/depthwise.h
+using pt2rt::kernels::DepthwiseRow;
+using pt2rt::kernels::DepthwiseRowKernel;
 
 // The softmax of row p scaled and masked, in place: p[j] = exp(s[j] - max) / sum for j < valid, with
 // s[j] = p[j] * scale + (mask ? mask[j] : 0), and 0 from valid to n (a causal row's future). Returns the row's

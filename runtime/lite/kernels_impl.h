@@ -120,61 +120,11 @@ void micro(int64_t segments, int64_t len, const float* const* a, const float* b,
   micro_upto<MR, NV>(segments, len, a, b, c, c_rs, rows, cols, init, accumulate);
 }
 
-inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+}  // namespace
 
-// The taps of output ox that fall inside the input: kx in [*k0, *k1)
-inline void taps_inside(int64_t o, int64_t s, int64_t p, int64_t d, int64_t k, int64_t n, int64_t* k0, int64_t* k1) {
-  const int64_t first = o * s - p;  // input index of tap 0
-  int64_t lo = 0, hi = k;
-  if (first < 0) lo = (-first + d - 1) / d;
-  if (first > n - 1) hi = lo;  // every tap past the end (a padding wider than the dilated kernel)
-  else if (first + (k - 1) * d >= n) hi = max64(lo, (n - 1 - first) / d + 1);
-  *k0 = min64(lo, k);
-  *k1 = hi;
-}
+#include "../kernels/depthwise_impl.h"
 
-// kVec vectors of channels from c0 for one output pixel, over the taps inside
-template <int kVec>
-inline void depthwise_pixel(const pt2rt::lite::DepthwiseRow& d, const float* in_row0, int64_t iy0, int64_t ky0,
-                            int64_t ky1, int64_t ix0, int64_t kx0, int64_t kx1, int64_t c0, float* out) {
-  vf acc[kVec];
-  for (int v = 0; v < kVec; ++v) acc[v] = loadv(d.bias + c0 + v * L);
-  for (int64_t ky = ky0; ky < ky1; ++ky) {
-    const float* row = in_row0 + (iy0 + ky * d.dh) * d.in_rs + c0;
-    const float* wrow = d.weight + ky * d.kw * d.c + c0;
-    for (int64_t kx = kx0; kx < kx1; ++kx) {
-      const float* x = row + (ix0 + kx * d.dw) * d.in_ps;
-      const float* w = wrow + kx * d.c;
-#pragma GCC unroll 4
-      for (int v = 0; v < kVec; ++v) acc[v] += loadv(x + v * L) * loadv(w + v * L);
-    }
-  }
-  for (int v = 0; v < kVec; ++v) storev(out + c0 + v * L, acc[v]);
-}
-
-void depthwise_row(const pt2rt::lite::DepthwiseRow& d, int64_t oy) {
-  int64_t ky0, ky1;
-  taps_inside(oy, d.sh, d.ph, d.dh, d.kh, d.h, &ky0, &ky1);
-  const int64_t iy0 = oy * d.sh - d.ph;
-  for (int64_t ox = 0; ox < d.ow; ++ox) {
-    int64_t kx0, kx1;
-    taps_inside(ox, d.sw, d.pw, d.dw, d.kw, d.w, &kx0, &kx1);
-    const int64_t ix0 = ox * d.sw - d.pw;
-    float* out = d.out + ox * d.out_ps;
-    int64_t c0 = 0;
-    for (; c0 + 4 * L <= d.c; c0 += 4 * L) depthwise_pixel<4>(d, d.in, iy0, ky0, ky1, ix0, kx0, kx1, c0, out);
-    for (; c0 + L <= d.c; c0 += L) depthwise_pixel<1>(d, d.in, iy0, ky0, ky1, ix0, kx0, kx1, c0, out);
-    for (int64_t ch = c0; ch < d.c; ++ch) {
-      float acc = d.bias[ch];
-      for (int64_t ky = ky0; ky < ky1; ++ky)
-        for (int64_t kx = kx0; kx < kx1; ++kx)
-          acc += d.in[(iy0 + ky * d.dh) * d.in_rs + (ix0 + kx * d.dw) * d.in_ps + ch] *
-                 d.weight[(ky * d.kw + kx) * d.c + ch];
-      out[ch] = acc;
-    }
-  }
-}
+namespace {
 
 inline vf expv(vf x) {
 #if defined(__AVX512F__)

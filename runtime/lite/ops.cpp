@@ -581,3 +581,32 @@ AOTITorchError pt2rt_lite_aoti_torch_cpu_convolution(AtenTensorHandle input, Ate
     *ret0 = as_handle(out.release());
   });
 }
+
+AOTITorchError pt2rt_lite_aoti_torch_cpu_depthwise_conv2d(AtenTensorHandle x, AtenTensorHandle weight,
+                                                          AtenTensorHandle* bias, const int64_t* stride,
+                                                          int64_t stride_len, const int64_t* padding,
+                                                          int64_t padding_len, const int64_t* dilation,
+                                                          int64_t dilation_len, AtenTensorHandle* ret0) {
+  return guarded("pt2rt::depthwise_conv2d", [&] {
+    const ShimTensor& in = *as_tensor(x);
+    const ShimTensor& wk = *as_tensor(weight);  // [kh, kw, C]
+    if (in.dim() != 4 || wk.dim() != 3 || wk.sizes[2] != in.sizes[1])
+      throw std::invalid_argument("expected x [N, C, H, W] and weight [kh, kw, C] of its channels");
+    // the weight as convolution() reads it, [C, 1, kh, kw], a view of the same memory
+    ShimTensor w = wk;
+    w.sizes = {wk.sizes[2], 1, wk.sizes[0], wk.sizes[1]};
+    w.strides = {wk.strides[2], wk.sizes[2], wk.strides[0], wk.strides[1]};
+    // channels-last out, as libpt2rt_kernels' op returns (its input made channels-last first where it is not)
+    std::unique_ptr<ShimTensor> cl;
+    if (!is_channels_last_2d(in)) {
+      const int64_t c = in.sizes[1], h = in.sizes[2], wd = in.sizes[3];
+      cl = empty_strided(in.sizes, {h * wd * c, 1, wd * c, c}, kFloat32);
+      copy_strided(*cl, in);
+    }
+    auto out = convolution(cl ? *cl : in, w, bias != nullptr ? as_tensor(*bias) : nullptr,
+                           std::vector<int64_t>(stride, stride + stride_len),
+                           std::vector<int64_t>(padding, padding + padding_len),
+                           std::vector<int64_t>(dilation, dilation + dilation_len), in.sizes[1]);
+    *ret0 = as_handle(out.release());
+  });
+}

@@ -51,7 +51,9 @@ void* load_one(const std::string& path) {
   return handle;
 }
 
-bool builtin(const std::string& op) { return op == "pt2rt::rnn_layer" || op == "pt2rt::lstm_layer"; }
+bool builtin(const std::string& op) {
+  return op == "pt2rt::rnn_layer" || op == "pt2rt::lstm_layer" || op == "pt2rt::depthwise_conv2d";
+}
 
 }  // namespace
 

@@ -113,6 +113,11 @@ PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_cpu_lstm_layer(AtenTensorHa
                                                                     const AtenTensorHandle* bhh, int64_t bhh_len,
                                                                     int32_t batch_first, AtenTensorHandle* ret0,
                                                                     AtenTensorHandle* ret1, AtenTensorHandle* ret2);
+// pt2rt::depthwise_conv2d (export_tools.convolutions; ops.cpp): channels-last out
+PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_cpu_depthwise_conv2d(
+    AtenTensorHandle x, AtenTensorHandle weight, AtenTensorHandle* bias, const int64_t* stride, int64_t stride_len,
+    const int64_t* padding, int64_t padding_len, const int64_t* dilation, int64_t dilation_len,
+    AtenTensorHandle* ret0);
 
 // Every shim function by name (what export_tools.lite.SHIM_FUNCTIONS lists): runtime.cpp keeps them all in a static
 // link, where nothing else in the program calls them but the model library does, by name.
@@ -162,4 +167,5 @@ PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_cpu_lstm_layer(AtenTensorHa
   X(aoti_torch_cpu_convolution) \
   X(aoti_torch_cpu__scaled_dot_product_flash_attention_for_cpu) \
   X(aoti_torch_cpu_rnn_layer) \
-  X(aoti_torch_cpu_lstm_layer)
+  X(aoti_torch_cpu_lstm_layer) \
+  X(aoti_torch_cpu_depthwise_conv2d)

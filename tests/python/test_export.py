@@ -478,8 +478,8 @@ def test_products_are_rewritten_where_atens_form_is_slow():
 
 class _Activations(torch.nn.Module):
     """Dense 3x3 convolutions (packed where export_tools packs) followed by each activation inductor would fuse
-    into oneDNN's call, a residual add, a depthwise convolution (packed too), then a grouped and a 1x1 convolution
-    (never packed), a linear layer with a ReLU over the last dimension and an LSTM over the rows (both packed)."""
+    into oneDNN's call, a residual add, a depthwise convolution (pt2rt's kernel: export_tools.convolutions), then a
+    grouped and a 1x1 convolution (never packed), a linear layer with a ReLU over the last dimension and an LSTM over the rows (both packed)."""
 
     def __init__(self):
         super().__init__()
@@ -567,9 +567,9 @@ def test_optimize_folds_the_weights_by_default_keeping_nan_as_eager(tmp_path, mo
             got, expected = load_package(path)(odd), model(odd)
         assert torch.equal(got.isnan(), expected.isnan()) and expected.isnan().sum() > 1000
         assert torch.allclose(got, expected, atol=1e-5, equal_nan=True)
-    # fold: the weights compiled in as constants (the batch norms folded); the five 3x3 and the depthwise
-    # convolutions packed for oneDNN on an AVX2 or AVX-512 machine (one with the residual add), the grouped one ATen's
-    # (the linear layer on AVX-512 only: on AVX2 oneDNN's packed products lost to MKL's)
+    # fold: the weights compiled in as constants (the batch norms folded); the five 3x3 convolutions packed for
+    # oneDNN on an AVX2 or AVX-512 machine (one with the residual add), the grouped one ATen's, the depthwise one
+    # pt2rt's kernel (the linear layer on AVX-512 only: on AVX2 oneDNN's packed products lost to MKL's)
     native = cpu.Variant(name="native", arch=cpu.host_arch(), vec_isa="", flags=(), cpu_features=())
     packed_for = passes.packing_class(native)
     assert b"_frozen_param" in libraries["fold"] and b"aoti_torch_cpu_convolution" in libraries["fold"]
@@ -578,6 +578,7 @@ def test_optimize_folds_the_weights_by_default_keeping_nan_as_eager(tmp_path, mo
     # the spec names the class the native variant's weights are packed for; the runtimes pass it over elsewhere
     spec = read_spec(tmp_path / "fold.pt2")
     assert [v.get("packed_for") for v in spec["variants"]] == [packed_for, None]
+    assert sorted(op["name"] for op in spec["custom_ops"]) == ["pt2rt::depthwise_conv2d", "pt2rt::lstm_layer"]
     if packed_for is not None:
         assert package.select_variant(spec)["isa"] == "native"
         monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "SSE41")

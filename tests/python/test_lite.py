@@ -167,8 +167,11 @@ def op_package(exported):
 
 def test_custom_op_runs_in_lite_from_its_ops_librarys_lite_build(op_package, tmp_path):
     path, model = op_package
-    (op,) = read_spec(path)["custom_ops"]
-    assert op["name"] == "my_ops::identity_conv_op" and op["lite_library"] == "libidentity_conv_ops_lite.so"
+    ops = {op["name"]: op for op in read_spec(path)["custom_ops"]}
+    # the depthwise convolution is pt2rt's kernel (export_tools.convolutions), which lite runs itself
+    assert sorted(ops) == ["my_ops::identity_conv_op", "pt2rt::depthwise_conv2d"]
+    op = ops["my_ops::identity_conv_op"]
+    assert op["lite_library"] == "libidentity_conv_ops_lite.so" and "lite_library" not in ops["pt2rt::depthwise_conv2d"]
     # inputs the export never saw, channels-last among them (the op is given what the convolution leaves)
     x = torch.randn(5, 3, 32, 32).contiguous(memory_format=torch.channels_last)
     torch.save(x, tmp_path / "x.pt")
@@ -189,7 +192,8 @@ def test_custom_op_runs_in_lite_from_its_ops_librarys_lite_build(op_package, tmp
 def test_lite_refuses_a_full_ops_library_given_for_a_lite_one(op_package):
     """The full library would bring libtorch into the lite process: one the package does not name is refused."""
     path, _ = op_package
-    given = lite.find_runtime().resolve().parent / read_spec(path)["custom_ops"][0]["library"]
+    (op,) = [op for op in read_spec(path)["custom_ops"] if op["name"] == "my_ops::identity_conv_op"]
+    given = lite.find_runtime().resolve().parent / op["library"]
     result = subprocess.run([str(_pt2run_lite()), "verify", str(path), "--ops", str(given)], capture_output=True,
                             text=True)
     assert result.returncode == 4, result.stderr

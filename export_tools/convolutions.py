@@ -1,0 +1,152 @@
+"""Depthwise convolutions as one call of pt2rt's own kernel (`pt2rt::depthwise_conv2d`, libpt2rt_kernels.so).
+
+oneDNN, which ATen's CPU convolutions call, sets each depthwise convolution up anew on every call (descriptors,
+attributes, its primitive cache), and on small images its kernel is no faster than a plain blocked loop.
+`fuse(ep)` rewrites each 2-d depthwise convolution of a CPU float32 graph (one filter per channel, no channel
+multiplier: groups = in = out channels; an input of at most MAX_INPUT_BYTES) into the kernel's call on the same
+input, bias and geometry, its weight laid out as the kernel reads it ([kh, kw, C], folded into a constant with the
+others). The kernel returns
+channels-last outputs and takes channels-last inputs (inductor is told so: no copy between it and its neighbours,
+which inductor keeps channels-last around convolutions); each output sums its taps in order, taps in the padding
+skipped as oneDNN skips them, so inf and NaN reach the same outputs as in eager. docs/export.md has the numbers.
+Without the kernels library the convolutions stay ATen's (export_tools.recurrent says where it is looked for).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from . import recurrent
+
+aten = torch.ops.aten
+log = logging.getLogger("export_tools")
+
+OP = "pt2rt::depthwise_conv2d"
+# Inputs past this many bytes (at the example's sizes where a dim is dynamic) stay oneDNN's: on large images the
+# kernel is memory-bound and oneDNN moves less (EfficientNet-B0 at batch 8, one thread, AMD EPYC: its 96 x 112 x 112
+# stride-2 convolution, 38 MB, 1.8-2.0x oneDNN's time; 6-13 MB ones 0.75-1.1x, every one at batch 1 0.6-1.0x), and
+# there oneDNN's set-up is a small part of the call.
+MAX_INPUT_BYTES = 8 << 20
+
+
+def _conv_args(node: torch.fx.Node) -> tuple | None:
+    """(x, weight, bias, stride, padding, dilation, groups) of a 2-d convolution node, None for anything else
+    (transposed, 1-d / 3-d, padding given as a string)."""
+    if node.op != "call_function":
+        return None
+    if node.target is aten.conv2d.default:
+        names = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
+        defaults = (None, None, None, [1, 1], [0, 0], [1, 1], 1)
+        args = [node.args[i] if i < len(node.args) else node.kwargs.get(n, d)
+                for i, (n, d) in enumerate(zip(names, defaults))]
+        return tuple(args)
+    if node.target is aten.convolution.default:
+        x, w, b, stride, padding, dilation, transposed, _output_padding, groups = node.args
+        return None if transposed else (x, w, b, stride, padding, dilation, groups)
+    return None
+
+
+def _pair(v) -> list[int] | None:
+    v = list(v) if isinstance(v, (list, tuple)) else [v]
+    v = v * 2 if len(v) == 1 else v
+    return v if len(v) == 2 and all(isinstance(i, int) for i in v) else None
+
+
+def _example_numel(t: torch.Tensor) -> int:
+    """t's elements at the example's sizes (a dynamic dim's hint; one without a hint counts as past any limit)."""
+    n = 1
+    for d in t.shape:
+        hint = d if isinstance(d, int) else getattr(getattr(d, "node", None), "hint", None)
+        if hint is None:
+            return 1 << 62
+        n *= int(hint)
+    return n
+
+
+def _depthwise(node: torch.fx.Node) -> bool:
+    args = _conv_args(node)
+    if args is None:
+        return False
+    x, w, b, stride, padding, dilation, groups = args
+    if not all(isinstance(t, torch.fx.Node) and isinstance(t.meta.get("val"), torch.Tensor) for t in (x, w)):
+        return False
+    if b is not None and not (isinstance(b, torch.fx.Node) and isinstance(b.meta.get("val"), torch.Tensor)):
+        return False
+    xv, wv = x.meta["val"], w.meta["val"]
+    tensors = [xv, wv] + ([b.meta["val"]] if b is not None else [])
+    if not all(t.dtype == torch.float32 and t.device.type == "cpu" for t in tensors):
+        return False
+    if xv.dim() != 4 or wv.dim() != 4 or not all(_pair(v) is not None for v in (stride, padding, dilation)):
+        return False
+    channels = wv.shape[0]
+    if _example_numel(xv) * xv.element_size() > MAX_INPUT_BYTES:
+        return False
+    return (isinstance(groups, int) and groups > 1 and isinstance(channels, int) and groups == channels
+            and wv.shape[1] == 1 and xv.shape[1] == channels)
+
+
+def fuse(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+    """Rewrites ep's depthwise convolutions (in place) as described above; returns ep."""
+    calls = [n for n in ep.graph.nodes if _depthwise(n)]
+    if not calls:
+        return ep
+    if not recurrent.load_kernels() or not _registered:
+        log.warning("%s not found: the model's %d depthwise convolution(s) stay ATen's (oneDNN's)",
+                    recurrent.LIBRARY_NAME, len(calls))
+        return ep
+    log.info("%d depthwise convolution(s) as pt2rt kernels: the package needs %s beside the runtime", len(calls),
+             recurrent.LIBRARY_NAME)
+    graph = ep.graph
+    for node in calls:
+        x, w, b, stride, padding, dilation, _groups = _conv_args(node)
+        channels, _, kh, kw = w.meta["val"].shape
+        with graph.inserting_before(node):
+            taps = graph.call_function(aten.view.default, (w, [channels, kh * kw]))
+            taps = graph.call_function(aten.permute.default, (taps, [1, 0]))
+            taps = graph.call_function(aten.view.default,
+                                       (graph.call_function(aten.clone.default, (taps,),
+                                                            {"memory_format": torch.contiguous_format}),
+                                        [kh, kw, channels]))
+            call = graph.call_function(torch.ops.pt2rt.depthwise_conv2d.default,
+                                       (x, taps, b, _pair(stride), _pair(padding), _pair(dilation)))
+        call.meta.update({k: v for k, v in node.meta.items() if k in ("stack_trace", "nn_module_stack")})
+        node.replace_all_uses_with(call)
+        graph.erase_node(node)
+    graph.eliminate_dead_code()
+    ep.graph_module.recompile()
+    return ep
+
+
+_registered = False
+
+
+def register() -> None:
+    """The op's output for tracing (channels-last, as the kernel returns it) and inductor's layout of its input
+    (channels-last: the kernel would copy anything else); once per process, after the library loaded."""
+    global _registered
+    if _registered:
+        return
+    try:
+        torch._C._get_schema(OP, "")
+    except RuntimeError:  # a kernels library older than the op: fuse() then finds no op to call
+        return
+
+    @torch.library.register_fake(OP)
+    def _depthwise_conv2d(x, weight, bias, stride, padding, dilation):
+        n, c, h, w = x.shape
+        kh, kw = weight.shape[0], weight.shape[1]
+        oh = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+        ow = (w + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+        return x.new_empty_strided((n, c, oh, ow), (oh * ow * c, 1, ow * c, c))
+
+    from torch._inductor import ir, lowering
+
+    def channels_last_input(_node, x, *args, **kwargs):
+        return (ir.ExternKernel.require_channels_last(x), *args), kwargs
+
+    # its lowering made here, with the constraint: inductor's implicit one would constrain the input to eager's
+    # strides (NCHW), a copy before every call
+    lowering.make_fallback(torch.ops.pt2rt.depthwise_conv2d.default, layout_constraint=channels_last_input, warn=False)
+    _registered = True
