@@ -92,7 +92,7 @@ def fuse(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
     calls = [n for n in ep.graph.nodes if _depthwise(n)]
     if not calls:
         return ep
-    if not recurrent.load_kernels() or not _registered:
+    if not recurrent.load_kernels() or not register():
         log.warning("%s not found: the model's %d depthwise convolution(s) stay ATen's (oneDNN's)",
                     recurrent.LIBRARY_NAME, len(calls))
         return ep
@@ -122,16 +122,17 @@ def fuse(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
 _registered = False
 
 
-def register() -> None:
+def register() -> bool:
     """The op's output for tracing (channels-last, as the kernel returns it) and inductor's layout of its input
-    (channels-last: the kernel would copy anything else); once per process, after the library loaded."""
+    (channels-last: the kernel would copy anything else); once per process, after the library loaded. False where
+    the loaded library has no such op (one older than it)."""
     global _registered
     if _registered:
-        return
+        return True
     try:
         torch._C._get_schema(OP, "")
-    except RuntimeError:  # a kernels library older than the op: fuse() then finds no op to call
-        return
+    except RuntimeError:
+        return False
 
     @torch.library.register_fake(OP)
     def _depthwise_conv2d(x, weight, bias, stride, padding, dilation):
@@ -150,3 +151,4 @@ def register() -> None:
     # strides (NCHW), a copy before every call
     lowering.make_fallback(torch.ops.pt2rt.depthwise_conv2d.default, layout_constraint=channels_last_input, warn=False)
     _registered = True
+    return True
