@@ -65,6 +65,7 @@ at::Tensor depthwise_conv2d_cpu(const at::Tensor& x, const at::Tensor& weight, c
   at::Tensor out = at::empty({n, c, oh, ow}, x.options().memory_format(at::MemoryFormat::ChannelsLast));
   if (out.numel() == 0) return out;
   const float* ip = in.data_ptr<float>();
+  const float *wp = wk.data_ptr<float>(), *bp = b.data_ptr<float>();
   float* op_ = out.data_ptr<float>();
   const DepthwiseRowKernel row = row_fn();
   const int64_t rows = n * oh, per_row = ow * c * kh * kw;
@@ -73,7 +74,7 @@ at::Tensor depthwise_conv2d_cpu(const at::Tensor& x, const at::Tensor& weight, c
   at::parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t img = r / oh, oy = r % oh;
-      const DepthwiseRow args{ip + img * h * w * c, w * c, c, h, w, wk.data_ptr<float>(), b.data_ptr<float>(),
+      const DepthwiseRow args{ip + img * h * w * c, w * c, c, h, w, wp, bp,
                               c, kh, kw, sh, sw, ph, pw, dh, dw, op_ + (img * oh + oy) * ow * c, c, ow};
       row(args, oy);
     }
