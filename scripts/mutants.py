@@ -353,8 +353,11 @@ mutant("kernels: a depthwise block's border pixels take every tap, the padding's
        "        if (kChecked && (kx < kx0[p] || kx >= kx1[p])) continue;", "",
        pytest("tests/python/test_depthwise.py", "-k", "torchs_answer and not isa"))
 mutant("kernels: a depthwise row's unchecked blocks reach one pixel into the right border", "runtime/kernels/depthwise_impl.h",
-       "    if (n == kDepthwisePixels && ox >= inner0 && ox + n <= inner1) {",
-       "    if (n == kDepthwisePixels && ox >= inner0 && ox + n <= inner1 + 1) {",
+       "  if (ox >= inner0 && ox + kPix <= inner1) {", "  if (ox >= inner0 && ox + kPix <= inner1 + 1) {",
+       pytest("tests/python/test_depthwise.py", "-k", "torchs_answer and not isa"))
+mutant("kernels: a depthwise row skips the 4 channels past its whole vectors", "runtime/kernels/depthwise_impl.h",
+       "    if (c0 + 4 <= c1) depthwise_block<4, 1, kPix, kChecked>(d, iy0, ky0, ky1, ox0, kx0, kx1, c0), c0 += 4;",
+       "    if (c0 + 4 <= c1) c0 += 4;",
        pytest("tests/python/test_depthwise.py", "-k", "torchs_answer and not isa"))
 mutant("kernels: MKL's recurrent product without b_hh", "runtime/kernels/rnn.cpp",
        "std::memcpy(self.bias[group].get() + k * n, self.bhh + k * self.H + u0, sizeof(float) * n);",

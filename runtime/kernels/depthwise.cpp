@@ -38,18 +38,18 @@ at::Tensor depthwise_conv2d_cpu(const at::Tensor& x, const at::Tensor& weight, c
                                 at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation) {
   constexpr const char* op = "pt2rt::depthwise_conv2d";
   TORCH_CHECK(weight.dim() == 3, op, ": expected weight [kh, kw, C], got ", weight.sizes());
-  const at::Tensor bias = bias_opt.has_value() && bias_opt->defined() ? *bias_opt : at::zeros({weight.size(2)},
-                                                                                                weight.options());
-  TORCH_CHECK(x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat && bias.scalar_type() == at::kFloat,
-              op, ": expected float32 tensors, got ", x.scalar_type(), ", ", weight.scalar_type(), ", ",
-              bias.scalar_type());
-  TORCH_CHECK(x.dim() == 4 && bias.dim() == 1, op,
+  const bool has_bias = bias_opt.has_value() && bias_opt->defined();
+  TORCH_CHECK(x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat &&
+                  (!has_bias || bias_opt->scalar_type() == at::kFloat),
+              op, ": expected float32 tensors, got ", x.scalar_type(), ", ", weight.scalar_type(),
+              has_bias ? ", " : "", has_bias ? c10::toString(bias_opt->scalar_type()) : "");
+  TORCH_CHECK(x.dim() == 4 && (!has_bias || bias_opt->dim() == 1), op,
               ": expected x [N, C, H, W], weight [kh, kw, C] and bias [C], got ", x.sizes(), ", ", weight.sizes(),
-              " and ", bias.sizes());
+              " and ", has_bias ? bias_opt->sizes() : at::IntArrayRef{});
   const int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3), kh = weight.size(0),
                 kw = weight.size(1);
-  TORCH_CHECK(weight.size(2) == c && bias.size(0) == c, op, ": x has ", c, " channels, weight ", weight.size(2),
-              " and bias ", bias.size(0));
+  TORCH_CHECK(weight.size(2) == c && (!has_bias || bias_opt->size(0) == c), op, ": x has ", c, " channels, weight ",
+              weight.size(2), " and bias ", has_bias ? bias_opt->size(0) : c);
   const int64_t sh = pair_at(stride, "stride", 0), sw = pair_at(stride, "stride", 1);
   const int64_t ph = pair_at(padding, "padding", 0), pw = pair_at(padding, "padding", 1);
   const int64_t dh = pair_at(dilation, "dilation", 0), dw = pair_at(dilation, "dilation", 1);
@@ -61,11 +61,12 @@ at::Tensor depthwise_conv2d_cpu(const at::Tensor& x, const at::Tensor& weight, c
               ") is larger than the padded input ", h, "x", w, " (padding ", padding, ")");
   const int64_t oh = span_h / sh + 1, ow = span_w / sw + 1;
   const at::Tensor in = x.contiguous(at::MemoryFormat::ChannelsLast);
-  const at::Tensor wk = weight.contiguous(), b = bias.contiguous();
+  // no bias: the kernel's sums start from 0, the same bits as a zero bias
+  const at::Tensor wk = weight.contiguous(), b = has_bias ? bias_opt->contiguous() : at::Tensor();
   at::Tensor out = at::empty({n, c, oh, ow}, x.options().memory_format(at::MemoryFormat::ChannelsLast));
   if (out.numel() == 0) return out;
   const float* ip = in.data_ptr<float>();
-  const float *wp = wk.data_ptr<float>(), *bp = b.data_ptr<float>();
+  const float *wp = wk.data_ptr<float>(), *bp = has_bias ? b.data_ptr<float>() : nullptr;
   float* op_ = out.data_ptr<float>();
   const DepthwiseRowKernel row = row_fn();
   const int64_t rows = n * oh, per_row = ow * c * kh * kw;

@@ -15,7 +15,7 @@ struct DepthwiseRow {
   const float* in;
   int64_t in_rs, in_ps, h, w;
   const float* weight;  // [kh * kw][c]
-  const float* bias;    // [c]
+  const float* bias;    // [c], or null for none
   int64_t c, kh, kw, sh, sw, ph, pw, dh, dw;
   float* out;  // the row's first element
   int64_t out_ps, ow;

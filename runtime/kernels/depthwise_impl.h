@@ -3,10 +3,37 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "depthwise.h"
 
 namespace {
+
+// W floats in a vector: the file's own (L) and, for the channels past its whole vectors, narrower ones
+template <int W>
+struct DwVec;
+template <>
+struct DwVec<4> {
+  typedef float t __attribute__((vector_size(16)));
+};
+template <>
+struct DwVec<8> {
+  typedef float t __attribute__((vector_size(32)));
+};
+template <>
+struct DwVec<16> {
+  typedef float t __attribute__((vector_size(64)));
+};
+template <int W>
+inline typename DwVec<W>::t dw_load(const float* p) {
+  typename DwVec<W>::t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <int W>
+inline void dw_store(float* p, typename DwVec<W>::t v) {
+  std::memcpy(p, &v, sizeof v);
+}
 
 inline int64_t dw_min(int64_t a, int64_t b) { return a < b ? a : b; }
 inline int64_t dw_max(int64_t a, int64_t b) { return a > b ? a : b; }
@@ -23,14 +50,15 @@ inline void taps_inside(int64_t o, int64_t s, int64_t p, int64_t d, int64_t k, i
 }
 
 // kPix output pixels from ox0 (each at its own taps inside: kx in [kx0[p], kx1[p]), all of them unless kChecked) of
-// kVec vectors of channels from c0: each weight vector is loaded once for the kPix pixels. Every output sums its
-// taps in ky, kx order whatever the block, so the blocking changes no bit.
-template <int kVec, int kPix, bool kChecked>
+// kVec vectors of W channels from c0: each weight vector is loaded once for the kPix pixels. Every output sums its
+// taps in ky, kx order whatever the block and the vector width, so the blocking changes no bit.
+template <int W, int kVec, int kPix, bool kChecked>
 inline void depthwise_block(const pt2rt::kernels::DepthwiseRow& d, int64_t iy0, int64_t ky0, int64_t ky1,
                             int64_t ox0, const int64_t* kx0, const int64_t* kx1, int64_t c0) {
-  vf acc[kPix][kVec];
+  typedef typename DwVec<W>::t v_t;
+  v_t acc[kPix][kVec];
   for (int v = 0; v < kVec; ++v) {
-    const vf b = loadv(d.bias + c0 + v * L);
+    const v_t b = d.bias != nullptr ? dw_load<W>(d.bias + c0 + v * W) : v_t{};
     for (int p = 0; p < kPix; ++p) acc[p][v] = b;
   }
   const int64_t ix0 = ox0 * d.sw - d.pw, step = d.sw * d.in_ps;
@@ -43,36 +71,43 @@ inline void depthwise_block(const pt2rt::kernels::DepthwiseRow& d, int64_t iy0, 
     const float* row = d.in + (iy0 + ky * d.dh) * d.in_rs + c0;
     const float* wrow = d.weight + ky * d.kw * d.c + c0;
     for (int64_t kx = kx_lo; kx < kx_hi; ++kx) {
-      vf wv[kVec];
-      for (int v = 0; v < kVec; ++v) wv[v] = loadv(wrow + kx * d.c + v * L);
+      v_t wv[kVec];
+      for (int v = 0; v < kVec; ++v) wv[v] = dw_load<W>(wrow + kx * d.c + v * W);
       const float* x = row + (ix0 + kx * d.dw) * d.in_ps;
 #pragma GCC unroll 8
       for (int p = 0; p < kPix; ++p) {
         if (kChecked && (kx < kx0[p] || kx >= kx1[p])) continue;
 #pragma GCC unroll 4
-        for (int v = 0; v < kVec; ++v) acc[p][v] += loadv(x + p * step + v * L) * wv[v];
+        for (int v = 0; v < kVec; ++v) acc[p][v] += dw_load<W>(x + p * step + v * W) * wv[v];
       }
     }
   }
   for (int p = 0; p < kPix; ++p)
-    for (int v = 0; v < kVec; ++v) storev(d.out + (ox0 + p) * d.out_ps + c0 + v * L, acc[p][v]);
+    for (int v = 0; v < kVec; ++v) dw_store<W>(d.out + (ox0 + p) * d.out_ps + c0 + v * W, acc[p][v]);
 }
 
-// Outputs [ox0, ox0 + kPix), every channel: whole vectors in pairs, then one, then the channels past them
+// Outputs [ox0, ox0 + kPix), every channel: whole vectors in pairs, then one, then narrower vectors (AVX-512's 8,
+// 4: MobileNets have 72, 88 and 120 channels), then the channels past them one by one
 template <int kPix, bool kChecked>
 inline void depthwise_pixels(const pt2rt::kernels::DepthwiseRow& d, int64_t iy0, int64_t ky0, int64_t ky1,
                              int64_t ox0, const int64_t* kx0, const int64_t* kx1) {
   const int64_t c1 = d.c;
   int64_t c0 = 0;
-  for (; c0 + 2 * L <= c1; c0 += 2 * L) depthwise_block<2, kPix, kChecked>(d, iy0, ky0, ky1, ox0, kx0, kx1, c0);
-  for (; c0 + L <= c1; c0 += L) depthwise_block<1, kPix, kChecked>(d, iy0, ky0, ky1, ox0, kx0, kx1, c0);
+  for (; c0 + 2 * L <= c1; c0 += 2 * L) depthwise_block<L, 2, kPix, kChecked>(d, iy0, ky0, ky1, ox0, kx0, kx1, c0);
+  for (; c0 + L <= c1; c0 += L) depthwise_block<L, 1, kPix, kChecked>(d, iy0, ky0, ky1, ox0, kx0, kx1, c0);
+  if constexpr (L > 8) {
+    if (c0 + 8 <= c1) depthwise_block<8, 1, kPix, kChecked>(d, iy0, ky0, ky1, ox0, kx0, kx1, c0), c0 += 8;
+  }
+  if constexpr (L > 4) {
+    if (c0 + 4 <= c1) depthwise_block<4, 1, kPix, kChecked>(d, iy0, ky0, ky1, ox0, kx0, kx1, c0), c0 += 4;
+  }
   if (c0 == c1) return;
   for (int p = 0; p < kPix; ++p) {
     const int64_t ox = ox0 + p, ix0 = ox * d.sw - d.pw;
     const int64_t lo = kChecked ? kx0[p] : 0, hi = kChecked ? kx1[p] : d.kw;
     float* out = d.out + ox * d.out_ps;
     for (int64_t ch = c0; ch < c1; ++ch) {
-      float acc = d.bias[ch];
+      float acc = d.bias != nullptr ? d.bias[ch] : 0.0f;
       for (int64_t ky = ky0; ky < ky1; ++ky)
         for (int64_t kx = lo; kx < hi; ++kx)
           acc += d.in[(iy0 + ky * d.dh) * d.in_rs + (ix0 + kx * d.dw) * d.in_ps + ch] *
@@ -83,8 +118,24 @@ inline void depthwise_pixels(const pt2rt::kernels::DepthwiseRow& d, int64_t iy0,
 }
 
 // pixels per block: 2 x 4 accumulators and 2 weight vectors fit AVX2's 16 registers (6 pixels, and blocks of
-// channels with the pixels inside them, measured no faster on an AMD EPYC)
-constexpr int kDepthwisePixels = 4;
+// channels with the pixels inside them, measured no faster on an AMD EPYC); AVX-512's 32 take 2 x 8
+#ifndef PT2RT_DW_PIXELS
+#define PT2RT_DW_PIXELS (L == 16 ? 8 : 4)
+#endif
+constexpr int kDepthwisePixels = PT2RT_DW_PIXELS;
+
+// Pixels [ox, ox + n) in blocks of kPix: unchecked where every tap is inside the row ([inner0, inner1))
+template <int kPix>
+inline void depthwise_span(const pt2rt::kernels::DepthwiseRow& d, int64_t iy0, int64_t ky0, int64_t ky1,
+                           int64_t inner0, int64_t inner1, int64_t ox) {
+  int64_t kx0[kPix], kx1[kPix];
+  if (ox >= inner0 && ox + kPix <= inner1) {
+    depthwise_pixels<kPix, false>(d, iy0, ky0, ky1, ox, kx0, kx1);
+  } else {
+    for (int p = 0; p < kPix; ++p) taps_inside(ox + p, d.sw, d.pw, d.dw, d.kw, d.w, &kx0[p], &kx1[p]);
+    depthwise_pixels<kPix, true>(d, iy0, ky0, ky1, ox, kx0, kx1);
+  }
+}
 
 void depthwise_row(const pt2rt::kernels::DepthwiseRow& d, int64_t oy) {
   int64_t ky0, ky1;
@@ -94,22 +145,13 @@ void depthwise_row(const pt2rt::kernels::DepthwiseRow& d, int64_t oy) {
   const int64_t inner0 = (d.pw + d.sw - 1) / d.sw;
   const int64_t last = d.w - 1 + d.pw - (d.kw - 1) * d.dw;
   const int64_t inner1 = last < 0 ? 0 : dw_min(d.ow, last / d.sw + 1);
-  int64_t kx0[kDepthwisePixels], kx1[kDepthwisePixels];
-  for (int64_t ox = 0; ox < d.ow;) {
-    const int64_t n = dw_min(kDepthwisePixels, d.ow - ox);
-    if (n == kDepthwisePixels && ox >= inner0 && ox + n <= inner1) {
-      depthwise_pixels<kDepthwisePixels, false>(d, iy0, ky0, ky1, ox, kx0, kx1);
-    } else if (n == kDepthwisePixels) {
-      for (int p = 0; p < n; ++p) taps_inside(ox + p, d.sw, d.pw, d.dw, d.kw, d.w, &kx0[p], &kx1[p]);
-      depthwise_pixels<kDepthwisePixels, true>(d, iy0, ky0, ky1, ox, kx0, kx1);
-    } else {
-      for (int64_t p = 0; p < n; ++p) {
-        taps_inside(ox + p, d.sw, d.pw, d.dw, d.kw, d.w, &kx0[0], &kx1[0]);
-        depthwise_pixels<1, true>(d, iy0, ky0, ky1, ox + p, kx0, kx1);
-      }
-    }
-    ox += n;
+  int64_t ox = 0;
+  for (; ox + kDepthwisePixels <= d.ow; ox += kDepthwisePixels)
+    depthwise_span<kDepthwisePixels>(d, iy0, ky0, ky1, inner0, inner1, ox);
+  if constexpr (kDepthwisePixels > 4) {
+    if (ox + 4 <= d.ow) depthwise_span<4>(d, iy0, ky0, ky1, inner0, inner1, ox), ox += 4;
   }
+  for (; ox < d.ow; ++ox) depthwise_span<1>(d, iy0, ky0, ky1, inner0, inner1, ox);
 }
 
 }  // namespace
