@@ -1,4 +1,5 @@
-"""Depthwise convolutions as one call of pt2rt's own kernel (`pt2rt::depthwise_conv2d`, libpt2rt_kernels.so).
+"""Depthwise and pointwise convolutions as calls of pt2rt's own kernels (`pt2rt::depthwise_conv2d`,
+`pt2rt::pointwise_conv2d`, libpt2rt_kernels.so).
 
 oneDNN, which ATen's CPU convolutions call, sets each depthwise convolution up anew on every call (descriptors,
 attributes, its primitive cache), and on small images its kernel is no faster than a plain blocked loop.
@@ -9,6 +10,12 @@ others). The kernel returns
 channels-last outputs and takes channels-last inputs (inductor is told so: no copy between it and its neighbours,
 which inductor keeps channels-last around convolutions); each output sums its taps in order, taps in the padding
 skipped as oneDNN skips them, so inf and NaN reach the same outputs as in eager. docs/export.md has the numbers.
+
+A pointwise convolution (1x1, stride 1, no padding, one group) and what follows it alone - an eval-mode batch norm,
+then ReLU, ReLU6 (hardtanh 0..6), hardswish, hardsigmoid, SiLU or sigmoid - become one call: the batch norm folded into the
+weight and bias (as inductor's freezing folds it into a convolution), the weight laid out [C_in, C_out] padded to
+16 columns, the activation applied in registers before the output is stored. ATen's form is MKL's product plus a
+pass of inductor's over its output for the bias and the activation.
 Without the kernels library the convolutions stay ATen's (export_tools.recurrent says where it is looked for).
 """
 
@@ -24,11 +31,14 @@ aten = torch.ops.aten
 log = logging.getLogger("export_tools")
 
 OP = "pt2rt::depthwise_conv2d"
+POINTWISE_OP = "pt2rt::pointwise_conv2d"
 # Inputs past this many bytes (at the example's sizes where a dim is dynamic) stay oneDNN's: on large images the
 # kernel is memory-bound and oneDNN moves less (EfficientNet-B0 at batch 8, one thread, AMD EPYC: its 96 x 112 x 112
 # stride-2 convolution, 38 MB, 1.8-2.0x oneDNN's time; 6-13 MB ones 0.75-1.1x, every one at batch 1 0.6-1.0x), and
 # there oneDNN's set-up is a small part of the call.
 MAX_INPUT_BYTES = 8 << 20
+# columns the pointwise kernel's weight rows are padded to (runtime/kernels/pointwise.h's kPointwiseColumnAlign)
+COLUMN_ALIGN = 16
 
 
 def _conv_args(node: torch.fx.Node) -> tuple | None:
@@ -87,18 +97,109 @@ def _depthwise(node: torch.fx.Node) -> bool:
             and wv.shape[1] == 1 and xv.shape[1] == channels)
 
 
+def _float_cpu(*nodes) -> bool:
+    return all(n is None or (isinstance(n, torch.fx.Node) and isinstance(n.meta.get("val"), torch.Tensor)
+                             and n.meta["val"].dtype == torch.float32 and n.meta["val"].device.type == "cpu")
+               for n in nodes)
+
+
+def _pointwise(node: torch.fx.Node) -> bool:
+    args = _conv_args(node)
+    if args is None:
+        return False
+    x, w, b, stride, padding, _dilation, groups = args
+    if x is None or w is None or not _float_cpu(x, w, b):
+        return False
+    xv, wv = x.meta["val"], w.meta["val"]
+    return (xv.dim() == 4 and wv.dim() == 4 and groups == 1 and _pair(stride) == [1, 1] and _pair(padding) == [0, 0]
+            and all(isinstance(d, int) for d in wv.shape) and tuple(wv.shape[2:]) == (1, 1)
+            and xv.shape[1] == wv.shape[1] and wv.shape[0] > 0)
+
+
+# activations the pointwise kernel applies: target -> its name there (hardtanh: only as ReLU6, checked below)
+_ACTIVATIONS = {aten.relu.default: "relu", aten.relu_.default: "relu", aten.hardswish.default: "hardswish",
+                aten.hardswish_.default: "hardswish", aten.hardsigmoid.default: "hardsigmoid",
+                aten.hardsigmoid_.default: "hardsigmoid", aten.hardtanh.default: "relu6",
+                aten.hardtanh_.default: "relu6", aten.silu.default: "silu", aten.silu_.default: "silu",
+                aten.sigmoid.default: "sigmoid", aten.sigmoid_.default: "sigmoid"}
+
+
+def _only_user(node: torch.fx.Node) -> torch.fx.Node | None:
+    users = list(node.users)
+    return users[0] if len(users) == 1 and users[0].op == "call_function" else None
+
+
+def _eval_batch_norm(node: torch.fx.Node | None, channels: int) -> bool:
+    """node is aten.batch_norm in eval mode over `channels` with its statistics given (constants of the model)."""
+    if node is None or node.target is not aten.batch_norm.default or len(node.args) < 8:
+        return False
+    _x, gamma, beta, mean, var, training, _momentum, eps = node.args[:8]
+    return (training is False and isinstance(eps, float) and _float_cpu(gamma, beta, mean, var)
+            and all(isinstance(t, torch.fx.Node) and tuple(t.meta["val"].shape) == (channels,) for t in (mean, var))
+            and all(t is None or tuple(t.meta["val"].shape) == (channels,) for t in (gamma, beta)))
+
+
+def _pointwise_chain(conv: torch.fx.Node) -> tuple[torch.fx.Node | None, torch.fx.Node | None, str]:
+    """The batch norm and the activation that follow `conv` alone (each None where there is none), and the
+    activation's name for the kernel."""
+    channels = conv.meta["val"].shape[1]
+    bn = _only_user(conv)
+    bn = bn if _eval_batch_norm(bn, channels) else None
+    act = _only_user(bn if bn is not None else conv)
+    if act is None or act.target not in _ACTIVATIONS or act.args[0] is not (bn if bn is not None else conv):
+        return bn, None, "none"
+    if act.target in (aten.hardtanh.default, aten.hardtanh_.default) and tuple(act.args[1:3]) != (0.0, 6.0):
+        return bn, None, "none"
+    return bn, act, _ACTIVATIONS[act.target]
+
+
+def _rewrite_pointwise(graph: torch.fx.Graph, conv: torch.fx.Node) -> None:
+    x, w, b, *_ = _conv_args(conv)
+    bn, act, name = _pointwise_chain(conv)
+    cout, cin = w.meta["val"].shape[:2]
+    ldw = -(-cout // COLUMN_ALIGN) * COLUMN_ALIGN
+    call_fn = graph.call_function
+    last = act if act is not None else bn if bn is not None else conv
+    with graph.inserting_before(last):
+        weight = call_fn(aten.view.default, (w, [cout, cin]))
+        if bn is not None:
+            # y = (conv - mean) / sqrt(var + eps) * gamma + beta, folded: w * s, (b - mean) * s + beta
+            _y, gamma, beta, mean, var, _training, _momentum, eps = bn.args[:8]
+            scale = call_fn(aten.rsqrt.default, (call_fn(aten.add.Tensor, (var, eps)),))
+            if gamma is not None:
+                scale = call_fn(aten.mul.Tensor, (scale, gamma))
+            weight = call_fn(aten.mul.Tensor, (weight, call_fn(aten.view.default, (scale, [cout, 1]))))
+            shifted = call_fn(aten.sub.Tensor, (b, mean)) if b is not None else call_fn(aten.neg.default, (mean,))
+            b = call_fn(aten.mul.Tensor, (shifted, scale))
+            if beta is not None:
+                b = call_fn(aten.add.Tensor, (b, beta))
+        weight = call_fn(aten.permute.default, (weight, [1, 0]))
+        if ldw != cout:
+            weight = call_fn(aten.constant_pad_nd.default, (weight, [0, ldw - cout], 0.0))
+        weight = call_fn(aten.clone.default, (weight,), {"memory_format": torch.contiguous_format})
+        call = call_fn(torch.ops.pt2rt.pointwise_conv2d.default, (x, weight, b, cout, name))
+    call.meta.update({k: v for k, v in conv.meta.items() if k in ("stack_trace", "nn_module_stack")})
+    last.replace_all_uses_with(call)
+    for node in (act, bn, conv):
+        if node is not None:
+            graph.erase_node(node)
+
+
 def fuse(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
-    """Rewrites ep's depthwise convolutions (in place) as described above; returns ep."""
+    """Rewrites ep's depthwise and pointwise convolutions (in place) as described above; returns ep."""
     calls = [n for n in ep.graph.nodes if _depthwise(n)]
-    if not calls:
+    pointwise = [n for n in ep.graph.nodes if _pointwise(n)]
+    if not calls and not pointwise:
         return ep
     if not recurrent.load_kernels() or not register():
-        log.warning("%s not found: the model's %d depthwise convolution(s) stay ATen's (oneDNN's)",
-                    recurrent.LIBRARY_NAME, len(calls))
+        log.warning("%s not found: the model's %d depthwise and %d pointwise convolution(s) stay ATen's",
+                    recurrent.LIBRARY_NAME, len(calls), len(pointwise))
         return ep
-    log.info("%d depthwise convolution(s) as pt2rt kernels: the package needs %s beside the runtime", len(calls),
-             recurrent.LIBRARY_NAME)
+    log.info("%d depthwise and %d pointwise convolution(s) as pt2rt kernels: the package needs %s beside the "
+             "runtime", len(calls), len(pointwise), recurrent.LIBRARY_NAME)
     graph = ep.graph
+    for node in pointwise:
+        _rewrite_pointwise(graph, node)
     for node in calls:
         x, w, b, stride, padding, dilation, _groups = _conv_args(node)
         channels, _, kh, kw = w.meta["val"].shape
@@ -123,14 +224,15 @@ _registered = False
 
 
 def register() -> bool:
-    """The op's output for tracing (channels-last, as the kernel returns it) and inductor's layout of its input
-    (channels-last: the kernel would copy anything else); once per process, after the library loaded. False where
-    the loaded library has no such op (one older than it)."""
+    """The ops' outputs for tracing (channels-last, as the kernels return them) and inductor's layout of their inputs
+    (channels-last: the kernels would copy anything else); once per process, after the library loaded. False where
+    the loaded library lacks them (one older than this module)."""
     global _registered
     if _registered:
         return True
     try:
         torch._C._get_schema(OP, "")
+        torch._C._get_schema(POINTWISE_OP, "")
     except RuntimeError:
         return False
 
@@ -150,5 +252,12 @@ def register() -> bool:
     # its lowering made here, with the constraint: inductor's implicit one would constrain the input to eager's
     # strides (NCHW), a copy before every call
     lowering.make_fallback(torch.ops.pt2rt.depthwise_conv2d.default, layout_constraint=channels_last_input, warn=False)
+
+    @torch.library.register_fake(POINTWISE_OP)
+    def _pointwise_conv2d(x, weight, bias, out_channels, activation):
+        n, _c, h, w = x.shape
+        return x.new_empty_strided((n, out_channels, h, w), (h * w * out_channels, 1, w * out_channels, out_channels))
+
+    lowering.make_fallback(torch.ops.pt2rt.pointwise_conv2d.default, layout_constraint=channels_last_input, warn=False)
     _registered = True
     return True

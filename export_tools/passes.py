@@ -7,8 +7,8 @@ products where ATen's form of them is slow:
   by `w[0]`, viewed back: what a linear layer makes of a 3-D input whose rows are not one matrix in memory (a
   batch-first `nn.MultiheadAttention` transposes its input to (L, N, E));
 - `addmm(b, x, w)` as `mm(x, w) + b`: ATen's addmm first copies the bias broadcast over the whole output;
-- a pointwise convolution (1x1, stride 1, no padding, ungrouped) `conv(x, w, b)` as `conv(x, w) + b`, which
-  inductor's `conv_1x1_as_mm` then lowers to a plain `mm`;
+- a pointwise convolution (1x1, stride 1, no padding, ungrouped) that export_tools.convolutions left to ATen
+  `conv(x, w, b)` as `conv(x, w) + b`, which inductor's `conv_1x1_as_mm` then lowers to a plain `mm`;
 so the adds fuse into the kernel of whatever follows (an activation, a residual add, a layer norm). The same
 operations as eager up to float rounding, NaN and inf included.
 

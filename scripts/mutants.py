@@ -359,6 +359,19 @@ mutant("kernels: a depthwise row skips the 4 channels past its whole vectors", "
        "    if (c0 + 4 <= c1) depthwise_block<4, 1, kPix, kChecked>(d, iy0, ky0, ky1, ox0, kx0, kx1, c0), c0 += 4;",
        "    if (c0 + 4 <= c1) c0 += 4;",
        pytest("tests/python/test_depthwise.py", "-k", "torchs_answer and not isa"))
+mutant("kernels: a pointwise tile leaves out its last partial vector of columns", "runtime/kernels/pointwise_impl.h",
+       "      else if (v * L < left) pw_store_part(out + v * L, y, left - v * L);", "",
+       pytest("tests/python/test_pointwise.py", "-k", "torchs_answer and not isa"))
+mutant("kernels: the pointwise clamps turn NaN into their bound", "runtime/kernels/pointwise_impl.h",
+       "  t = t < a.lo ? a.lo : t;", "  t = t > a.lo ? t : a.lo;",
+       pytest("tests/python/test_pointwise.py", "-k", "non_finite and not isa"))
+mutant("kernels: SiLU and sigmoid see e^-y clamped, not inf, past float's range", "runtime/kernels/exp_impl.h",
+       "  return x > splat(88.7228394f) ? splat(__builtin_inff()) : y;", "  return y;",
+       pytest("tests/python/test_pointwise.py", "-k", "non_finite and not isa"))
+mutant("export: pointwise convolutions keep their batch norm out of the weight", "export_tools/convolutions.py",
+       "            weight = call_fn(aten.mul.Tensor, (weight, call_fn(aten.view.default, (scale, [cout, 1]))))",
+       "            pass",
+       pytest("tests/python/test_pointwise.py", "-k", "rewritten_graph"))
 mutant("kernels: MKL's recurrent product without b_hh", "runtime/kernels/rnn.cpp",
        "std::memcpy(self.bias[group].get() + k * n, self.bhh + k * self.H + u0, sizeof(float) * n);",
        "std::memset(self.bias[group].get() + k * n, 0, sizeof(float) * n);",

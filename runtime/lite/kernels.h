@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "../kernels/depthwise.h"
+#include "../kernels/pointwise.h"
 
 namespace pt2rt::lite {
 
@@ -19,6 +20,9 @@ using MicroKernel = void (*)(int64_t segments, int64_t len, const float* const* 
 // depthwise_row: runtime/kernels/depthwise.h
 using pt2rt::kernels::DepthwiseRow;
 using pt2rt::kernels::DepthwiseRowKernel;
+// pointwise: runtime/kernels/pointwise.h
+using pt2rt::kernels::PointwiseKernel;
+using pt2rt::kernels::PointwiseRows;
 
 // The softmax of row p scaled and masked, in place: p[j] = exp(s[j] - max) / sum for j < valid, with
 // s[j] = p[j] * scale + (mask ? mask[j] : 0), and 0 from valid to n (a causal row's future). Returns the row's
@@ -30,6 +34,7 @@ struct KernelSet {
   int mr, nr;  // the micro kernel's tile
   MicroKernel micro;
   DepthwiseRowKernel depthwise_row;
+  PointwiseKernel pointwise;
   SoftmaxRowKernel softmax_row;
 };
 

@@ -610,3 +610,58 @@ AOTITorchError pt2rt_lite_aoti_torch_cpu_depthwise_conv2d(AtenTensorHandle x, At
     *ret0 = as_handle(out.release());
   });
 }
+
+AOTITorchError pt2rt_lite_aoti_torch_cpu_pointwise_conv2d(AtenTensorHandle x, AtenTensorHandle weight,
+                                                          AtenTensorHandle* bias, int64_t out_channels,
+                                                          const char* activation, AtenTensorHandle* ret0) {
+  return guarded("pt2rt::pointwise_conv2d", [&] {
+    using pt2rt::kernels::kPointwiseColumnAlign;
+    const ShimTensor& in = *as_tensor(x);
+    const ShimTensor& wk = *as_tensor(weight);  // [C_in, C_out padded]
+    const ShimTensor* b = bias != nullptr ? as_tensor(*bias) : nullptr;
+    const int32_t act = pt2rt::kernels::pointwise_activation_code(activation != nullptr ? activation : "");
+    if (act < 0)
+      throw std::invalid_argument(std::string("unknown activation '") + (activation != nullptr ? activation : "") +
+                                  "', expected " + pt2rt::kernels::kPointwiseActivationNames);
+    require_float32(in, "x");
+    require_float32(wk, "weight");
+    if (b != nullptr) require_float32(*b, "bias");
+    if (in.dim() != 4 || wk.dim() != 2 || wk.sizes[0] != in.sizes[1] || out_channels <= 0 ||
+        wk.sizes[1] < out_channels || wk.sizes[1] % kPointwiseColumnAlign != 0 || wk.strides[1] != 1 ||
+        wk.strides[0] != wk.sizes[1] || (b != nullptr && (b->dim() != 1 || b->sizes[0] != out_channels)))
+      throw std::invalid_argument("expected x [N, C_in, H, W], a dense weight [C_in, C_out padded to a multiple of " +
+                                  std::to_string(kPointwiseColumnAlign) + "] and bias [C_out] for " +
+                                  std::to_string(out_channels) + " channels out");
+    const int64_t n = in.sizes[0], c = in.sizes[1], h = in.sizes[2], wd = in.sizes[3];
+    std::unique_ptr<ShimTensor> cl;  // channels-last in, as libpt2rt_kernels' op takes it
+    if (!is_channels_last_2d(in)) {
+      cl = empty_strided(in.sizes, {h * wd * c, 1, wd * c, c}, kFloat32);
+      copy_strided(*cl, in);
+    }
+    std::vector<float> bv;
+    if (b != nullptr) {
+      const float* bp = static_cast<const float*>(b->data());
+      for (int64_t j = 0; j < out_channels; ++j) bv.push_back(bp[j * b->strides[0]]);
+    }
+    auto out = empty_strided({n, out_channels, h, wd}, {h * wd * out_channels, 1, wd * out_channels, out_channels},
+                             kFloat32);
+    const int64_t rows = n * h * wd;
+    const PointwiseRows whole{static_cast<const float*>((cl ? *cl : in).data()), c, c,
+                              static_cast<const float*>(wk.data()), wk.sizes[1], b != nullptr ? bv.data() : nullptr,
+                              static_cast<float*>(out->data()), out_channels, rows, out_channels, act};
+    const PointwiseKernel kernel = kernels().pointwise;
+    // one piece of pixels per thread, a multiple of 24 (of every tile's rows), each computed whole by one thread
+    const int64_t threads = rows * c * out_channels >= kParallelWork ? omp_get_max_threads() : 1;
+    const int64_t piece = ((rows + threads - 1) / threads + 23) / 24 * 24;
+    const int64_t pieces = (rows + piece - 1) / piece;
+#pragma omp parallel for schedule(static) if (pieces > 1)
+    for (int64_t p = 0; p < pieces; ++p) {
+      PointwiseRows part = whole;
+      part.in += p * piece * c;
+      part.out += p * piece * out_channels;
+      part.rows = std::min(piece, rows - p * piece);
+      kernel(part);
+    }
+    *ret0 = as_handle(out.release());
+  });
+}

@@ -143,7 +143,8 @@ def test_the_rewritten_graph_gives_the_eager_answer_with_one_call_per_depthwise_
     ep = convolutions.fuse(torch.export.export(model, (x,), strict=False))
     calls = targets(ep)
     assert calls.count("pt2rt.depthwise_conv2d.default") == 2
-    assert sum("conv2d.default" in t and "pt2rt" not in t for t in calls) == 3  # expand, multiplier, grouped
+    assert calls.count("pt2rt.pointwise_conv2d.default") == 1  # expand (test_pointwise.py)
+    assert sum("conv2d.default" in t and "pt2rt" not in t for t in calls) == 2  # multiplier, grouped
     with torch.no_grad():
         torch.testing.assert_close(ep.module()(x), model(x), rtol=1e-5, atol=1e-5)
     # a dynamic batch traces through the op's fake
@@ -175,7 +176,8 @@ def test_without_the_library_the_convolutions_stay_torchs_with_a_warning(monkeyp
     finally:
         logging.getLogger("export_tools").removeHandler(handler)
     assert "pt2rt.depthwise_conv2d.default" not in targets(ep)
-    assert said == ["libpt2rt_kernels.so not found: the model's 1 depthwise convolution(s) stay ATen's (oneDNN's)"]
+    assert said == ["libpt2rt_kernels.so not found: the model's 1 depthwise and 0 pointwise convolution(s) stay "
+                    "ATen's"]
 
 
 def _cpu_flags() -> set[str]:
@@ -203,8 +205,8 @@ def test_the_kernel_of_every_isa_gives_torchs_answer():
         assert done.returncode == 0, f"ATEN_CPU_CAPABILITY={isa}: {done.stderr[-2000:]}"
 
 
-def _strides_of_depthwise_inputs(code: str) -> list[tuple[int, ...]]:
-    """The strides of the buffer each pt2rt::depthwise_conv2d call in inductor's Python wrapper is given."""
+def strides_of_inputs(code: str, op: str = "depthwise_conv2d") -> list[tuple[int, ...]]:
+    """The strides of the buffer each pt2rt::<op> call in inductor's Python wrapper is given."""
     strides, alias = {}, {}
     for name, shape_strides in re.findall(r"(buf\d+) = empty_strided_cpu\(\((.*?)\), torch", code):
         strides[name] = shape_strides
@@ -218,7 +220,7 @@ def _strides_of_depthwise_inputs(code: str) -> list[tuple[int, ...]]:
             name = alias[name]
         return tuple(int(s) for s in strides[name].split("), (")[1].strip("()").split(",") if s.strip())
 
-    return [resolve(name) for name in re.findall(r"torch\.ops\.pt2rt\.depthwise_conv2d\.default\((buf\d+)", code)]
+    return [resolve(name) for name in re.findall(rf"torch\.ops\.pt2rt\.{op}\.default\((buf\d+)", code)]
 
 
 def test_inductor_gives_the_kernel_channels_last_inputs():
@@ -233,7 +235,7 @@ def test_inductor_gives_the_kernel_channels_last_inputs():
     with torch.no_grad(), config.patch(freezing=True):  # as export_tools compiles
         got, (code,) = run_and_get_code(torch.compile(ep.module()), x)
         torch.testing.assert_close(got, model(x), rtol=1e-5, atol=1e-5)
-    inputs = _strides_of_depthwise_inputs(code)
+    inputs = strides_of_inputs(code)
     assert len(inputs) == 2, code
     assert all(s[1] == 1 and s[3] == 24 for s in inputs), inputs
     # inductor's own fallback for the op would constrain its input to eager's strides (an AOTI compile then gave it

@@ -19,13 +19,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class Tagger(torch.nn.Module):
-    """Convolutions of every kind lite's shim runs (dense, strided, grouped, depthwise, 1-d; channels-last and
-    contiguous), products (linear, batched), attention (causal, and with a mask), and what inductor generates itself
+    """Convolutions of every kind lite's shim runs (dense, strided, grouped, depthwise, pointwise with its batch norm
+    and activation, 1-d; channels-last and contiguous), products (linear, batched), attention (causal, and with a mask), and what inductor generates itself
     (norms, GELU's erf from Sleef, softmax)."""
 
     def __init__(self):
         super().__init__()
         self.stem = torch.nn.Conv2d(3, 16, 3, stride=2, padding=1)
+        self.pointwise = torch.nn.Conv2d(16, 20, 1)  # 20 channels: a tile's partial vector
+        self.pointwise_bn = torch.nn.BatchNorm2d(20)
+        self.squeeze = torch.nn.Conv2d(20, 16, 1, bias=False)
         self.depthwise = torch.nn.Conv2d(16, 16, 3, padding=2, dilation=2, groups=16)
         self.dense = torch.nn.Conv2d(16, 16, 3, padding=1)  # channels-last, 16 channels: read in place
         # padding wider than the dilated kernel: the outer outputs see no input at all (bias alone)
@@ -37,7 +40,8 @@ class Tagger(torch.nn.Module):
         self.head = torch.nn.Linear(64, 5)
 
     def forward(self, x):
-        y = torch.relu(self.stem(x))
+        y = torch.nn.functional.hardswish(self.pointwise_bn(self.pointwise(torch.relu(self.stem(x)))))
+        y = self.squeeze(y)
         y = torch.nn.functional.gelu(self.depthwise(y)) + y
         y = torch.relu(self.dense(y.contiguous(memory_format=torch.channels_last))) + y
         y = y + 0.01 * self.wide(y).sum((2, 3), keepdim=True)
@@ -105,7 +109,7 @@ def test_lite_library_needs_no_libtorch(package):
     assert variant["record"] == "pt2rt/lite/native.so" and variant["isa"] == "native"
     assert set(variant["shim"]) <= lite.SHIM_FUNCTIONS
     assert {"aoti_torch_cpu_convolution", "aoti_torch_cpu__scaled_dot_product_flash_attention_for_cpu",
-            "aoti_torch_cpu_addmm_out"} <= set(variant["shim"])
+            "aoti_torch_cpu_addmm_out", "aoti_torch_cpu_pointwise_conv2d"} <= set(variant["shim"])
     assert not [n for n in variant["needed"] if re.search(r"torch|c10|python", n)]
     # the full variants are as they were: the package still runs in the full runtime
     assert [v["isa"] for v in spec["variants"]] == ["native"]

@@ -1,0 +1,57 @@
+// Pointwise (1x1) convolutions over channels-last images (libpt2rt_kernels.so's pt2rt::pointwise_conv2d, and lite's):
+// the pixels' channel rows times a [C_in, C_out] weight, the bias and the activation after it applied to each tile
+// in registers before it is stored. Pure float code without torch headers, compiled once per ISA and chosen at run
+// time.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace pt2rt::kernels {
+
+// What follows the product in the same pass; each as eager computes it, NaN kept: relu max(y, 0), relu6 and
+// hardtanh(0, 6) min(max(y, 0), 6), hardswish y * min(max(y + 3, 0), 6) / 6, hardsigmoid min(max(y + 3, 0), 6) / 6,
+// silu y / (1 + e^-y), sigmoid 1 / (1 + e^-y).
+enum PointwiseActivation : int32_t {
+  kPointwiseNone = 0,
+  kPointwiseRelu = 1,
+  kPointwiseRelu6 = 2,
+  kPointwiseHardswish = 3,
+  kPointwiseHardsigmoid = 4,
+  kPointwiseSilu = 5,
+  kPointwiseSigmoid = 6,
+};
+
+// pt2rt::pointwise_conv2d's activation argument: its code, -1 for a name not in kPointwiseActivationNames
+constexpr const char* kPointwiseActivationNames = "none, relu, relu6, hardswish, hardsigmoid, silu or sigmoid";
+inline int32_t pointwise_activation_code(std::string_view name) {
+  constexpr std::string_view names[] = {"none", "relu", "relu6", "hardswish", "hardsigmoid", "silu", "sigmoid"};
+  for (int32_t i = 0; i < static_cast<int32_t>(sizeof names / sizeof names[0]); ++i)
+    if (name == names[i]) return i;
+  return -1;
+}
+
+// out[r * out_rs + j] = act(bias[j] + sum over p < k in p order of in[r * in_rs + p] * weight[p * ldw + j]) for
+// r < rows, j < cols. ldw is a multiple of 16, at least cols, and the weight's columns from cols to ldw are zeros
+// (whole vectors are read there); bias: cols floats, or null for none.
+struct PointwiseRows {
+  const float* in;
+  int64_t in_rs, k;
+  const float* weight;
+  int64_t ldw;
+  const float* bias;
+  float* out;
+  int64_t out_rs, rows, cols;
+  int32_t activation;
+};
+using PointwiseKernel = void (*)(const PointwiseRows& args);
+
+// columns a weight row is padded to (the widest vector of any build)
+constexpr int64_t kPointwiseColumnAlign = 16;
+
+PointwiseKernel pointwise_baseline();
+// null when the library was built without them (not x86-64)
+PointwiseKernel pointwise_avx2();
+PointwiseKernel pointwise_avx512();
+
+}  // namespace pt2rt::kernels

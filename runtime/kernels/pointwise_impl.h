@@ -1,0 +1,156 @@
+// Included after a file's vector prelude (L floats per vector, vf, loadv, storev, splat, in its anonymous namespace):
+// the pointwise kernel of pointwise.h for the ISA that file is compiled for.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#include "exp_impl.h"
+#include "pointwise.h"
+
+namespace {
+
+// vectors of columns per tile, and rows per tile for each width: R x V accumulators, V weight vectors and a
+// broadcast in the registers (AVX-512 and NEON: 32, AVX2: 16); narrow tiles take more rows so that enough
+// independent sums hide the multiply-add's latency
+constexpr int kPwVectors = L == 8 ? 2 : 4;
+template <int V>
+constexpr int pw_tile_rows() {
+  if constexpr (L == 8) return V == 2 ? 6 : 12;
+  return V == 4 ? 6 : V == 3 ? 8 : 12;
+}
+
+inline void pw_keep_in_register([[maybe_unused]] vf& v) {
+#if defined(__AVX512F__)
+  asm("" : "+v"(v));
+#elif defined(__AVX__)
+  asm("" : "+x"(v));
+#endif
+}
+
+// The clamps as y -> t = min(max(y + shift, lo), hi) * scale, times y for hardswish: NaN kept (a comparison with
+// NaN is false: the value passes), inf as eager (hardswish(-inf) = -inf * 0 = NaN). The division by 6 is a
+// multiplication by 1/6, at most an ulp from eager's. The logistic ones as (silu ? y : 1) / (1 + e^-y).
+struct PwActivation {
+  bool any, times_y, logistic;
+  vf shift, lo, hi, scale;
+};
+
+inline PwActivation pw_activation(int32_t act) {
+  using namespace pt2rt::kernels;
+  const float inf = __builtin_inff();
+  PwActivation a{act != kPointwiseNone, act == kPointwiseHardswish || act == kPointwiseSilu,
+                 act == kPointwiseSilu || act == kPointwiseSigmoid, splat(0.0f), splat(-inf), splat(inf), splat(1.0f)};
+  if (act == kPointwiseRelu || act == kPointwiseRelu6) a.lo = splat(0.0f);
+  if (act == kPointwiseRelu6) a.hi = splat(6.0f);
+  if (act == kPointwiseHardswish || act == kPointwiseHardsigmoid) {
+    a.shift = splat(3.0f), a.lo = splat(0.0f), a.hi = splat(6.0f), a.scale = splat(1.0f / 6.0f);
+  }
+  return a;
+}
+
+inline vf pw_apply(vf y, const PwActivation& a) {
+  if (a.logistic) return (a.times_y ? y : splat(1.0f)) / (splat(1.0f) + exp_v_inf(-y));
+  vf t = y + a.shift;
+  t = t < a.lo ? a.lo : t;
+  t = t > a.hi ? a.hi : t;
+  t = t * a.scale;
+  return a.times_y ? y * t : t;
+}
+
+// the first n < L floats of v to p
+inline void pw_store_part(float* p, vf v, int64_t n) {
+#if defined(__AVX512F__)
+  static_assert(L == 16);
+  _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1), reinterpret_cast<__m512>(v));
+#else
+  float part[L];
+  storev(part, v);
+  std::memcpy(p, part, static_cast<std::size_t>(n) * sizeof(float));
+#endif
+}
+
+// rows [r0, r0 + R) x the V vectors of columns from c0
+template <int R, int V>
+inline void pw_tile(const pt2rt::kernels::PointwiseRows& a, int64_t r0, int64_t c0, const vf* init,
+                    const PwActivation& act) {
+  vf acc[R][V];
+  for (int i = 0; i < R; ++i)
+    for (int v = 0; v < V; ++v) acc[i][v] = init[v];
+  const float* x = a.in + r0 * a.in_rs;
+  const float* b = a.weight + c0;
+#pragma GCC unroll 2
+  for (int64_t p = 0; p < a.k; ++p, b += a.ldw) {
+    vf bv[V];
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) {
+      bv[v] = loadv(b + v * L);
+      pw_keep_in_register(bv[v]);
+    }
+#pragma GCC unroll 12
+    for (int i = 0; i < R; ++i) {
+      const vf xi = splat(x[i * a.in_rs + p]);
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) acc[i][v] += xi * bv[v];
+    }
+  }
+  const int64_t left = a.cols - c0;  // columns of the tile that are outputs
+  for (int i = 0; i < R; ++i) {
+    float* out = a.out + (r0 + i) * a.out_rs + c0;
+    for (int v = 0; v < V; ++v) {
+      const vf y = act.any ? pw_apply(acc[i][v], act) : acc[i][v];
+      if ((v + 1) * L <= left) storev(out + v * L, y);
+      else if (v * L < left) pw_store_part(out + v * L, y, left - v * L);
+    }
+  }
+}
+
+// the last n < R rows from r0, as tiles of n rows
+template <int R, int V>
+inline void pw_tail(const pt2rt::kernels::PointwiseRows& a, int64_t r0, int64_t n, int64_t c0, const vf* init,
+                    const PwActivation& act) {
+  if constexpr (R > 0) {
+    if (n == R) return pw_tile<R, V>(a, r0, c0, init, act);
+    pw_tail<R - 1, V>(a, r0, n, c0, init, act);
+  }
+}
+
+template <int V>
+inline void pw_columns(const pt2rt::kernels::PointwiseRows& a, int64_t c0) {
+  constexpr int R = pw_tile_rows<V>();
+  float start[V * L] = {};
+  if (a.bias != nullptr) {
+    const int64_t n = a.cols - c0 < V * L ? a.cols - c0 : V * L;
+    std::memcpy(start, a.bias + c0, static_cast<std::size_t>(n) * sizeof(float));
+  }
+  vf init[V];
+  for (int v = 0; v < V; ++v) init[v] = loadv(start + v * L);
+  const PwActivation act = pw_activation(a.activation);
+  int64_t r = 0;
+  for (; r + R <= a.rows; r += R) pw_tile<R, V>(a, r, c0, init, act);
+  if (r < a.rows) pw_tail<R - 1, V>(a, r, a.rows - r, c0, init, act);
+}
+
+// Column blocks of kPwVectors vectors (the weight's block stays in L1 while every row passes), the last one as
+// narrow as the columns left
+void pointwise(const pt2rt::kernels::PointwiseRows& a) {
+  const int64_t vectors = (a.cols + L - 1) / L;
+  for (int64_t v0 = 0; v0 < vectors; v0 += kPwVectors) {
+    const int64_t c0 = v0 * L, n = vectors - v0;
+    if (n >= kPwVectors) {
+      pw_columns<kPwVectors>(a, c0);
+    } else if constexpr (kPwVectors == 4) {
+      if (n == 3) pw_columns<3>(a, c0);
+      else if (n == 2) pw_columns<2>(a, c0);
+      else pw_columns<1>(a, c0);
+    } else {
+      pw_columns<1>(a, c0);
+    }
+  }
+}
+
+}  // namespace
