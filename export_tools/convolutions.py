@@ -97,6 +97,13 @@ def _depthwise(node: torch.fx.Node) -> bool:
             and wv.shape[1] == 1 and xv.shape[1] == channels)
 
 
+def _channels_last_val(call: torch.fx.Node, replaced: torch.fx.Node) -> None:
+    """call's fake value (the spec reads a graph output's): replaced's, channels-last as the kernels return it."""
+    val = replaced.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        call.meta["val"] = val.contiguous(memory_format=torch.channels_last)
+
+
 def _float_cpu(*nodes) -> bool:
     return all(n is None or (isinstance(n, torch.fx.Node) and isinstance(n.meta.get("val"), torch.Tensor)
                              and n.meta["val"].dtype == torch.float32 and n.meta["val"].device.type == "cpu")
@@ -179,6 +186,7 @@ def _rewrite_pointwise(graph: torch.fx.Graph, conv: torch.fx.Node) -> None:
         weight = call_fn(aten.clone.default, (weight,), {"memory_format": torch.contiguous_format})
         call = call_fn(torch.ops.pt2rt.pointwise_conv2d.default, (x, weight, b, cout, name))
     call.meta.update({k: v for k, v in conv.meta.items() if k in ("stack_trace", "nn_module_stack")})
+    _channels_last_val(call, last)
     last.replace_all_uses_with(call)
     for node in (act, bn, conv):
         if node is not None:
@@ -213,6 +221,7 @@ def fuse(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
             call = graph.call_function(torch.ops.pt2rt.depthwise_conv2d.default,
                                        (x, taps, b, _pair(stride), _pair(padding), _pair(dilation)))
         call.meta.update({k: v for k, v in node.meta.items() if k in ("stack_trace", "nn_module_stack")})
+        _channels_last_val(call, node)
         node.replace_all_uses_with(call)
         graph.erase_node(node)
     graph.eliminate_dead_code()

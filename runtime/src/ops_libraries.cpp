@@ -115,14 +115,17 @@ std::vector<std::string> missing_items(const Spec& spec) {
 }
 
 // A second library registering a namespace that is already registered aborts the process (TORCH_LIBRARY throws
-// during dlopen): refuse before loading when a namespace the package still lacks items of already has ops.
-void check_no_second_copy(const Spec& spec, const std::string& library) {
+// during dlopen): refuse before loading when a namespace the package still lacks items of already has ops. Only the
+// namespaces of the items the spec names `provides` for (a library the caller gives: "", any of them): the kernels
+// library does not register my_ops, whatever my_ops lacks.
+void check_no_second_copy(const Spec& spec, const std::string& library, const std::string& provides) {
   std::set<std::string> lacking;
   for (const auto& op : spec.custom_ops) {
-    if (!op_registered(op)) lacking.insert(namespace_of(op.name));
+    if (!op_registered(op) && (provides.empty() || op.library == provides)) lacking.insert(namespace_of(op.name));
   }
   for (const auto& cls : spec.custom_classes) {
-    if (!class_registered(cls.name)) lacking.insert(namespace_of(cls.name));
+    if (!class_registered(cls.name) && (provides.empty() || cls.library == provides))
+      lacking.insert(namespace_of(cls.name));
   }
   for (const auto& name : c10::Dispatcher::singleton().getAllOpNames()) {
     const std::string ns = namespace_of(name.name);
@@ -141,9 +144,9 @@ std::vector<std::string> load_ops_libraries(const Spec& spec, const std::string&
   std::vector<std::string> loaded;
   // Everything already registered (an earlier load, or the host program's own copy): load nothing more.
   if (missing_items(spec).empty()) return loaded;
-  auto load_checked = [&](const std::string& path) {
+  auto load_checked = [&](const std::string& path, const std::string& provides) {
     if (!missing_items(spec).empty()) {
-      if (!loaded_before(path)) check_no_second_copy(spec, path);
+      if (!loaded_before(path)) check_no_second_copy(spec, path, provides);
       loaded.push_back(load_one(path));
     }
   };
@@ -151,7 +154,7 @@ std::vector<std::string> load_ops_libraries(const Spec& spec, const std::string&
   // (a model naming its own new library can use a library the runtime finds for everyone, whatever loaded before).
   std::set<std::string> given;
   for (const auto& lib : options.ops_libraries) {
-    load_checked(lib);
+    load_checked(lib, "");
     given.insert(lib.substr(lib.find_last_of('/') + 1));
   }
   const auto still_needed = [&] {
@@ -182,7 +185,7 @@ std::vector<std::string> load_ops_libraries(const Spec& spec, const std::string&
                                      : " and is not among the ops libraries given (" + named +
                                            "; pass it too, or set PT2RT_OPS_PATH)"));
     }
-    load_checked(found);
+    load_checked(found, name);
   }
   return loaded;
 }

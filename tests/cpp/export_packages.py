@@ -358,8 +358,16 @@ def main():
     # the local version ("+cpu", "+cu130") is not part of the ABI check
     rewrite(net, bad / "other_local_version.pt2",
             edit_spec=with_spec(torch_version=torch.__version__.split("+")[0] + "+cu999"))
-    rewrite(net, bad / "missing_class.pt2", edit_spec=lambda s: {**s, "custom_classes": s["custom_classes"] + [
-        {"name": "my_ops::NotThere", "namespace": "my_ops", "methods": ["forward"], "library": "libidentity_conv_ops.so"}]})
+    not_there = {"name": "my_ops::NotThere", "namespace": "my_ops", "methods": ["forward"],
+                 "library": "libidentity_conv_ops.so"}
+    rewrite(net, bad / "missing_class.pt2", edit_spec=lambda s: {**s, "custom_classes": s["custom_classes"] + [not_there]})
+    # the same with an op of pt2rt's kernels library, found next to the runtime after the caller's my_ops library
+    kernel_op = {"name": "pt2rt::rnn_layer", "overload": "", "namespace": "pt2rt", "library": "libpt2rt_kernels.so",
+                 "schema": "pt2rt::rnn_layer(Tensor gi, Tensor h0, Tensor[] whh_t, Tensor[] bhh, str mode, "
+                           "bool batch_first) -> (Tensor, Tensor)"}
+    rewrite(net, bad / "missing_class_and_a_kernel.pt2", edit_spec=lambda s: {
+        **s, "custom_classes": s["custom_classes"] + [not_there], "custom_ops": s["custom_ops"] + [kernel_op],
+        "libraries": s["libraries"] + ["libpt2rt_kernels.so"]})
     # another build of the ops library than the package was exported with
     rewrite(net, bad / "stale_op_schema.pt2", edit_spec=lambda s: {**s, "custom_ops": [
         {**o, "schema": o["schema"].replace("(Tensor x)", "(Tensor x, int k=3)")} for o in s["custom_ops"]]})

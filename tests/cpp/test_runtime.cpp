@@ -972,6 +972,10 @@ TEST(Documented, NumRunnersOutsideItsRangeIsAUsageError) {
 TEST(Documented, AMissingClassIsNamedWithItsLibrary) {
   EXPECT_ERROR(pt2rt::Runtime::load(kPackages + "/bad/missing_class.pt2", with_ops()), pt2rt::ErrorCode::OpsLibrary,
                "class my_ops::NotThere (from libidentity_conv_ops.so)");
+  // pt2rt's kernels library, loaded after the caller's my_ops library, registers no my_ops: the error is the class,
+  // not a refusal to register my_ops twice
+  EXPECT_ERROR(pt2rt::Runtime::load(kPackages + "/bad/missing_class_and_a_kernel.pt2", with_ops()),
+               pt2rt::ErrorCode::OpsLibrary, "class my_ops::NotThere (from libidentity_conv_ops.so)");
 }
 
 TEST(Documented, CheckTorchVersionFalseLoadsAnotherTorchsPackage) {
