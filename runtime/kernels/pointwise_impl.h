@@ -53,13 +53,36 @@ inline PwActivation pw_activation(int32_t act) {
   return a;
 }
 
-inline vf pw_apply(vf y, const PwActivation& a) {
-  if (a.logistic) return (a.times_y ? y : splat(1.0f)) / (splat(1.0f) + exp_v_inf(-y));
-  vf t = y + a.shift;
-  t = t < a.lo ? a.lo : t;
-  t = t > a.hi ? a.hi : t;
-  t = t * a.scale;
-  return a.times_y ? y * t : t;
+// The activation on a finished tile, in registers: each form's loop unrolled whole, so the accumulators stay
+// registers (a loop over them, or a call per vector, would put them all in memory)
+template <int R, int V>
+__attribute__((always_inline)) inline void pw_activate(vf (&acc)[R][V], const PwActivation& a) {
+  if (a.logistic) {
+    const vf one = splat(1.0f);
+#pragma GCC unroll 48
+    for (int n = 0; n < R * V; ++n) {
+      vf& y = acc[n / V][n % V];
+      y = (a.times_y ? y : one) / (one + exp_v_inf(-y));
+    }
+  } else if (a.times_y) {
+#pragma GCC unroll 48
+    for (int n = 0; n < R * V; ++n) {
+      vf& y = acc[n / V][n % V];
+      vf t = y + a.shift;
+      t = t < a.lo ? a.lo : t;
+      t = t > a.hi ? a.hi : t;
+      y = y * (t * a.scale);
+    }
+  } else {
+#pragma GCC unroll 48
+    for (int n = 0; n < R * V; ++n) {
+      vf& y = acc[n / V][n % V];
+      vf t = y + a.shift;
+      t = t < a.lo ? a.lo : t;
+      t = t > a.hi ? a.hi : t;
+      y = t * a.scale;
+    }
+  }
 }
 
 // the first n < L floats of v to p
@@ -98,13 +121,15 @@ inline void pw_tile(const pt2rt::kernels::PointwiseRows& a, int64_t r0, int64_t 
       for (int v = 0; v < V; ++v) acc[i][v] += xi * bv[v];
     }
   }
+  if (act.any) pw_activate<R, V>(acc, act);
   const int64_t left = a.cols - c0;  // columns of the tile that are outputs
+#pragma GCC unroll 12
   for (int i = 0; i < R; ++i) {
     float* out = a.out + (r0 + i) * a.out_rs + c0;
+#pragma GCC unroll 4
     for (int v = 0; v < V; ++v) {
-      const vf y = act.any ? pw_apply(acc[i][v], act) : acc[i][v];
-      if ((v + 1) * L <= left) storev(out + v * L, y);
-      else if (v * L < left) pw_store_part(out + v * L, y, left - v * L);
+      if ((v + 1) * L <= left) storev(out + v * L, acc[i][v]);
+      else if (v * L < left) pw_store_part(out + v * L, acc[i][v], left - v * L);
     }
   }
 }
