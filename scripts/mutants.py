@@ -360,7 +360,7 @@ mutant("kernels: a depthwise row skips the 4 channels past its whole vectors", "
        "    if (c0 + 4 <= c1) c0 += 4;",
        pytest("tests/python/test_depthwise.py", "-k", "torchs_answer and not isa"))
 mutant("kernels: a pointwise tile leaves out its last partial vector of columns", "runtime/kernels/pointwise_impl.h",
-       "      else if (v * L < left) pw_store_part(out + v * L, y, left - v * L);", "",
+       "      else if (v * L < left) pw_store_part(out + v * L, acc[i][v], left - v * L);", "",
        pytest("tests/python/test_pointwise.py", "-k", "torchs_answer and not isa"))
 mutant("kernels: the pointwise clamps turn NaN into their bound", "runtime/kernels/pointwise_impl.h",
        "  t = t < a.lo ? a.lo : t;", "  t = t > a.lo ? t : a.lo;",

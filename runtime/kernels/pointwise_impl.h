@@ -53,6 +53,13 @@ inline PwActivation pw_activation(int32_t act) {
   return a;
 }
 
+__attribute__((always_inline)) inline vf pw_clamp(vf y, const PwActivation& a) {
+  vf t = y + a.shift;
+  t = t < a.lo ? a.lo : t;
+  t = t > a.hi ? a.hi : t;
+  return t * a.scale;
+}
+
 // The activation on a finished tile, in registers: each form's loop unrolled whole, so the accumulators stay
 // registers (a loop over them, or a call per vector, would put them all in memory)
 template <int R, int V>
@@ -66,22 +73,10 @@ __attribute__((always_inline)) inline void pw_activate(vf (&acc)[R][V], const Pw
     }
   } else if (a.times_y) {
 #pragma GCC unroll 48
-    for (int n = 0; n < R * V; ++n) {
-      vf& y = acc[n / V][n % V];
-      vf t = y + a.shift;
-      t = t < a.lo ? a.lo : t;
-      t = t > a.hi ? a.hi : t;
-      y = y * (t * a.scale);
-    }
+    for (int n = 0; n < R * V; ++n) acc[n / V][n % V] *= pw_clamp(acc[n / V][n % V], a);
   } else {
 #pragma GCC unroll 48
-    for (int n = 0; n < R * V; ++n) {
-      vf& y = acc[n / V][n % V];
-      vf t = y + a.shift;
-      t = t < a.lo ? a.lo : t;
-      t = t > a.hi ? a.hi : t;
-      y = t * a.scale;
-    }
+    for (int n = 0; n < R * V; ++n) acc[n / V][n % V] = pw_clamp(acc[n / V][n % V], a);
   }
 }
 
