@@ -186,23 +186,27 @@ def _cpu_flags() -> set[str]:
     return set(re.search(r"^flags\s*:(.*)$", Path("/proc/cpuinfo").read_text(), re.M).group(1).split())
 
 
-def test_the_kernel_of_every_isa_gives_torchs_answer():
-    """Compiled per ISA and chosen once per process (ATEN_CPU_CAPABILITY caps it): each one this CPU runs, in a
-    process of its own."""
+def run_in_each_isa(module: str, calls: str) -> None:
+    """`calls` (lines using `t`, the test module `module`) with the kernels library loaded, once per ISA build this
+    CPU runs (ATEN_CPU_CAPABILITY caps the kernels' choice, made once per process), each in a process of its own."""
     import os
     import subprocess
     import sys
-    body = ("import sys; sys.path.insert(0, 'tests/python'); import test_depthwise as t\n"
+    body = (f"import sys; sys.path.insert(0, 'tests/python'); import {module} as t\n"
             "from export_tools import libraries, recurrent\n"
-            "libraries.load_ops_library(recurrent.find_library())\n"
-            "for g in t.GEOMETRIES: t.test_the_kernel_gives_torchs_answer(g)\n"
-            "t.test_non_finite_values_reach_the_outputs_they_reach_in_torch()\n")
+            "libraries.load_ops_library(recurrent.find_library())\n" + calls)
     flags = _cpu_flags()
     needs = {"default": set(), "avx2": {"avx2", "fma"}, "avx512": {"avx512f", "avx512bw", "avx512vl", "avx512dq"}}
     for isa in (isa for isa, flags_needed in needs.items() if flags_needed <= flags):
         done = subprocess.run([sys.executable, "-c", body], env={**os.environ, "ATEN_CPU_CAPABILITY": isa},
                               capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, f"ATEN_CPU_CAPABILITY={isa}: {done.stderr[-2000:]}"
+
+
+def test_the_kernel_of_every_isa_gives_torchs_answer():
+    """Compiled per ISA and chosen once per process: each one this CPU runs."""
+    run_in_each_isa("test_depthwise", "for g in t.GEOMETRIES: t.test_the_kernel_gives_torchs_answer(g)\n"
+                                      "t.test_non_finite_values_reach_the_outputs_they_reach_in_torch()\n")
 
 
 def strides_of_inputs(code: str, op: str = "depthwise_conv2d") -> list[tuple[int, ...]]:

@@ -3,10 +3,6 @@
 activations, the graph rewrite against the eager model, without compiling (test_export.py and test_lite.py compile
 packages with pointwise convolutions)."""
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
@@ -199,23 +195,8 @@ def test_inductor_gives_the_kernel_channels_last_inputs():
     assert constraint is not None and constraint.__name__ == "channels_last_input"
 
 
-def _cpu_flags() -> set[str]:
-    import re
-    from pathlib import Path
-    return set(re.search(r"^flags\s*:(.*)$", Path("/proc/cpuinfo").read_text(), re.M).group(1).split())
-
-
 def test_the_kernel_of_every_isa_gives_torchs_answer():
-    """Compiled per ISA and chosen once per process (ATEN_CPU_CAPABILITY caps it): each one this CPU runs, in a
-    process of its own."""
-    body = ("import sys; sys.path.insert(0, 'tests/python'); import test_pointwise as t\n"
-            "from export_tools import libraries, recurrent\n"
-            "libraries.load_ops_library(recurrent.find_library())\n"
-            "for s in t.SHAPES: t.test_the_kernel_gives_torchs_answer(s)\n"
-            "t.test_non_finite_values_reach_the_outputs_they_reach_in_torch()\n")
-    flags = _cpu_flags()
-    needs = {"default": set(), "avx2": {"avx2", "fma"}, "avx512": {"avx512f", "avx512bw", "avx512vl", "avx512dq"}}
-    for isa in (isa for isa, flags_needed in needs.items() if flags_needed <= flags):
-        done = subprocess.run([sys.executable, "-c", body], env={**os.environ, "ATEN_CPU_CAPABILITY": isa},
-                              capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, f"ATEN_CPU_CAPABILITY={isa}: {done.stderr[-2000:]}"
+    """Compiled per ISA and chosen once per process: each one this CPU runs."""
+    from test_depthwise import run_in_each_isa
+    run_in_each_isa("test_pointwise", "for s in t.SHAPES: t.test_the_kernel_gives_torchs_answer(s)\n"
+                                      "t.test_non_finite_values_reach_the_outputs_they_reach_in_torch()\n")
