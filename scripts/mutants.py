@@ -379,6 +379,14 @@ mutant("kernels: MKL's recurrent product without b_hh", "runtime/kernels/rnn.cpp
 mutant("kernels: MKL packs and multiplies at the process's thread count", "runtime/kernels/rnn.cpp",
        "    const int threads = self.m->set_num_threads_local(1);", "    const int threads = self.m->set_num_threads_local(0);",
        pytest("tests/python/test_recurrent.py", "-k", "mkls_product"))
+mutant("kernels: a split step's piece run by every member that reaches it", "runtime/kernels/rnn_impl.h",
+       "    if (!claims_[p].phase.compare_exchange_strong(before, k, std::memory_order_relaxed)) return;",
+       "    claims_[p].phase.compare_exchange_strong(before, k, std::memory_order_relaxed);",
+       ctest("^Modes/SplitSteps[.]"))
+mutant("kernels: a split step's members do not wait for each other's pieces", "runtime/kernels/rnn_impl.h",
+       "      for (uint32_t spins = 1; done_.load(std::memory_order_acquire) < all; ++spins) {",
+       "      for (uint32_t spins = 1; false && done_.load(std::memory_order_acquire) < all; ++spins) {",
+       ctest("^Modes/SplitSteps[.]"))
 mutant("kernels: a step's piece updates only its first group of units (MKL's product)", "runtime/kernels/rnn_impl.h",
        "    for (int64_t u = u0; u < u1; u += by->units) {", "    for (int64_t u = u0; u < std::min(u1, u0 + 1); u += by->units) {",
        pytest("tests/python/test_recurrent.py", "-k", "mkls_product"))

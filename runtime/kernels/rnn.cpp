@@ -154,11 +154,9 @@ struct MklProduct {
   }
 };
 
-// The pieces of a step on ATen's intra-op threads (rnn_kernel.h: RnnParallelFn).
-void aten_parallel(int64_t parts, void* ctx, void (*piece)(void* ctx, int64_t part)) {
-  at::parallel_for(0, parts, 1, [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) piece(ctx, p);
-  });
+// The members of a layer's steps on ATen's intra-op threads (rnn_kernel.h: RnnParallelFn).
+void aten_parallel(int64_t parts, void* ctx, void (*member)(void* ctx, int64_t p0, int64_t p1)) {
+  at::parallel_for(0, parts, 1, [&](int64_t p0, int64_t p1) { member(ctx, p0, p1); });
 }
 
 RnnMode parse_mode(const std::string& mode) {

@@ -4,9 +4,13 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <thread>
 #include <utility>
 
 #include "rnn_kernel.h"
@@ -242,6 +246,58 @@ struct Step {
   }
 };
 
+// Phases of pieces on a team of threads (rnn_kernel.h: RnnParallelFn): every piece of phase k runs after every
+// piece of phase k - 1, each once. A member runs the pieces it was given, so a thread keeps its W_hh panels in its
+// cache from step to step; a member that has waited kStealAfter for a piece nobody has begun (its owner descheduled,
+// or members running one after another) runs that piece itself.
+class Phases {
+ public:
+  Phases(int64_t parts, int64_t count) : parts_(parts), count_(count), claims_(new Claim[parts]) {}
+
+  template <class Run>
+  void member(int64_t p0, int64_t p1, const Run& run) {
+    for (int64_t k = 0; k < count_; ++k) {
+      for (int64_t p = p0; p < p1; ++p) try_run(p, k, run);
+      const int64_t all = (k + 1) * parts_;
+      std::chrono::steady_clock::time_point since{};
+      for (uint32_t spins = 1; done_.load(std::memory_order_acquire) < all; ++spins) {
+        pause();
+        if (spins % 64 != 0) continue;
+        const auto now = std::chrono::steady_clock::now();
+        if (since == std::chrono::steady_clock::time_point{}) since = now;
+        if (now - since < kStealAfter) continue;
+        for (int64_t p = 0; p < parts_; ++p) try_run(p, k, run);
+        std::this_thread::yield();
+      }
+    }
+  }
+
+ private:
+  static constexpr std::chrono::microseconds kStealAfter{50};
+  struct alignas(64) Claim {
+    std::atomic<int64_t> phase{-1};  // the last phase whose piece was claimed
+  };
+
+  template <class Run>
+  void try_run(int64_t p, int64_t k, const Run& run) {
+    int64_t before = k - 1;
+    if (!claims_[p].phase.compare_exchange_strong(before, k, std::memory_order_relaxed)) return;
+    run(k, p);
+    done_.fetch_add(1, std::memory_order_acq_rel);  // the piece's outputs, to whoever sees the phase done
+  }
+  static void pause() {
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+  }
+
+  const int64_t parts_, count_;
+  std::unique_ptr<Claim[]> claims_;
+  alignas(64) std::atomic<int64_t> done_{0};
+};
+
 void rnn_steps(RnnMode mode, int64_t T, int64_t B, int64_t H, const float* gi, int64_t gi_t, int64_t gi_b,
                const float* whh, const float* bhh, const float* h0, const float* c0, float* out, int64_t out_t,
                int64_t out_b, bool reverse, float* hn, float* cn, float* scratch,
@@ -255,29 +311,47 @@ void rnn_steps(RnnMode mode, int64_t T, int64_t B, int64_t H, const float* gi, i
   parts = std::min(parts, product != nullptr ? (H + product->units - 1) / product->units : Gp / pt2rt::kernels::kPanel);
   parts = std::min(parts, (H + kUnitCut - 1) / kUnitCut);
   if (parallel == nullptr || B * H * Gp < pt2rt::kernels::kSplitStepFrom) parts = 1;
-  const float* h = h0;
-  int64_t h_b = H;
-  for (int64_t s = 0; s < T; ++s) {
-    const int64_t t = reverse ? T - 1 - s : s;
-    Step step{mode, B, H, Gp, ng, std::max<int64_t>(parts, 1), gi + t * gi_t, h, whh, bhh, gi_b, h_b, out_b,
-              scratch, cell, out + t * out_t, product};
-    if (product != nullptr) {  // a piece reads only its units' gates: one hand-off, the next step's h complete
-      if (step.parts == 1) {
+  parts = std::max<int64_t>(parts, 1);
+  const auto time = [&](int64_t s) { return reverse ? T - 1 - s : s; };
+  const auto step_at = [&](int64_t s) {
+    const float* h = s == 0 ? h0 : out + time(s - 1) * out_t;
+    return Step{mode, B, H, Gp, ng, parts, gi + time(s) * gi_t, h, whh, bhh, gi_b, s == 0 ? H : out_b, out_b,
+                scratch, cell, out + time(s) * out_t, product};
+  };
+  if (parts == 1) {
+    for (int64_t s = 0; s < T; ++s) {
+      const Step step = step_at(s);
+      if (product != nullptr) {
         step.product_and_update(0);
       } else {
-        parallel(step.parts, &step,
-                 [](void* ctx, int64_t part) { static_cast<const Step*>(ctx)->product_and_update(part); });
+        step.product(0);
+        step.update(0);
       }
-    } else if (step.parts == 1) {
-      step.product(0);
-      step.update(0);
-    } else {  // each call returns when every piece is done: the update reads all the product's gates
-      parallel(step.parts, &step, [](void* ctx, int64_t part) { static_cast<const Step*>(ctx)->product(part); });
-      parallel(step.parts, &step, [](void* ctx, int64_t part) { static_cast<const Step*>(ctx)->update(part); });
     }
-    h = out + t * out_t;
-    h_b = out_b;
+  } else {
+    // a caller's product: one phase a step (a piece reads only its units' gates); the kernel's: the product, then
+    // the update, which reads every piece's gates
+    Phases phases(parts, product != nullptr ? T : 2 * T);
+    const auto run_piece = [&](int64_t k, int64_t part) {
+      if (product != nullptr) {
+        step_at(k).product_and_update(part);
+      } else if (k % 2 == 0) {
+        step_at(k / 2).product(part);
+      } else {
+        step_at(k / 2).update(part);
+      }
+    };
+    struct Team {
+      Phases* phases;
+      const decltype(run_piece)* run;
+    } team{&phases, &run_piece};
+    parallel(parts, &team, [](void* ctx, int64_t p0, int64_t p1) {
+      const auto& t = *static_cast<const Team*>(ctx);
+      t.phases->member(p0, p1, *t.run);
+    });
   }
+  const float* h = T == 0 ? h0 : out + time(T - 1) * out_t;
+  const int64_t h_b = T == 0 ? H : out_b;
   for (int64_t b = 0; b < B; ++b) std::memcpy(hn + b * H, h + b * h_b, sizeof(float) * H);
   if (mode == RnnMode::Lstm) std::memcpy(cn, cell, sizeof(float) * B * H);
 }

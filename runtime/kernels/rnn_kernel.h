@@ -21,11 +21,15 @@ inline int64_t padded_gates(int64_t G) { return (G + kPanel - 1) / kPanel * kPan
 //   h0: B x H; the state after step t goes to out + t * out_t + b * out_b (H floats), the last one to hn (B x H)
 //   c0, cn: an LSTM's cell state before and after (B x H; null otherwise)
 //   reverse: steps T-1 .. 0; scratch: B x (padded G + H) floats
-//   parallel, parts: each step's product and state update split into `parts` pieces run by `parallel` (the
-//   caller's threads; every piece computes its outputs exactly as one thread would), where a step is large enough
-//   to gain; null or parts <= 1: all on this thread
+//   parallel, parts: each step's product and state update split into `parts` pieces (every piece computes its
+//   outputs exactly as one thread would), the caller's threads taking the steps together, where a step is large
+//   enough to gain; null or parts <= 1: all on this thread
 //   product: where not null, it computes each step's recurrent product instead of the kernel's own
-using RnnParallelFn = void (*)(int64_t parts, void* ctx, void (*piece)(void* ctx, int64_t part));
+// Runs member(ctx, p0, p1) over ranges that cover [0, parts) once, as many at once as the caller has threads for
+// (ATen's parallel_for, an OpenMP team), and returns when every member has returned. Members wait for each other
+// between a step's phases, spinning; one left waiting on a piece nobody began runs it itself, so the steps complete
+// however many members run at once (a thread descheduled, members run one after another).
+using RnnParallelFn = void (*)(int64_t parts, void* ctx, void (*member)(void* ctx, int64_t p0, int64_t p1));
 // A caller's recurrent product, by groups of `units` units: fn computes, for the B rows of h (row b at
 // h + b * h_b), every gate of units [u0, u0 + n) (u0 a multiple of `units`, n = min(units, H - u0)) with b_hh:
 // row b's gate k of unit u0 + i at g[(b * gates + k) * n + i] (gates: 3 for a GRU, 4 for an LSTM, 1 for an RNN).
@@ -40,8 +44,9 @@ using RnnStepsFn = void (*)(RnnMode mode, int64_t T, int64_t B, int64_t H, const
                             float* out, int64_t out_t, int64_t out_b, bool reverse, float* hn, float* cn,
                             float* scratch, RnnParallelFn parallel, int64_t parts, const RnnProduct* product);
 
-// A step's multiply-adds from which splitting it across threads gains (a hand-off costs a few us): an
-// LSTM of 256 (256 x 1024 per row) splits, a GRU of 64 does not.
+// A step's multiply-adds from which splitting it across threads gains (each of a step's hand-offs between the
+// threads costs ~1 us): an LSTM of 256 (256 x 1024 per row) splits, one of 128 does not (split on two threads at
+// batch 1 it took 1.15x one thread's time, AMD EPYC Zen 5).
 constexpr int64_t kSplitStepFrom = int64_t{1} << 17;
 
 RnnStepsFn rnn_steps_baseline();

@@ -20,10 +20,14 @@ using pt2rt::kernels::RnnStepsFn;
 
 namespace {
 
-// The pieces of a step on this runtime's OpenMP threads (rnn_kernel.h: RnnParallelFn).
-void omp_parallel(int64_t parts, void* ctx, void (*piece)(void* ctx, int64_t part)) {
-#pragma omp parallel for schedule(static)
-  for (int64_t p = 0; p < parts; ++p) piece(ctx, p);
+// The members of a layer's steps on this runtime's OpenMP threads (rnn_kernel.h: RnnParallelFn).
+void omp_parallel(int64_t parts, void* ctx, void (*member)(void* ctx, int64_t p0, int64_t p1)) {
+#pragma omp parallel num_threads(static_cast<int>(parts))
+  {
+    const int64_t n = omp_get_num_threads(), i = omp_get_thread_num();
+    const int64_t p0 = parts * i / n, p1 = parts * (i + 1) / n;
+    if (p0 < p1) member(ctx, p0, p1);
+  }
 }
 
 // The recurrence of the instruction set lite's other kernels run (kernels.h: cpuid, narrowed by PT2RT_LITE_KERNELS)
