@@ -7,6 +7,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "../../runtime/kernels/rnn_kernel.h"
@@ -45,6 +46,10 @@ void uneven(int64_t parts, void* ctx, void (*member)(void*, int64_t, int64_t)) {
   member(ctx, 0, 2);
   second.join();
 }
+
+const std::pair<const char*, RnnParallelFn> kWays[] = {
+    {"one after another", &one_after_another}, {"all at once", &all_at_once}, {"first one late", &first_one_late},
+    {"uneven", &uneven}};
 
 struct Layer {
   RnnMode mode;
@@ -91,7 +96,8 @@ struct PlainProduct {
         for (int64_t i = 0; i < n; ++i) {
           const int64_t c = k * l.H + u0 + i;
           float sum = l.bhh[c];
-          for (int64_t j = 0; j < l.H; ++j) sum += h[b * h_b + j] * l.whh[(c / panel) * l.H * panel + j * panel + c % panel];
+          const float* column = l.whh.data() + (c / panel) * l.H * panel + c % panel;
+          for (int64_t j = 0; j < l.H; ++j) sum += h[b * h_b + j] * column[j * panel];
           g[(b * gates + k) * n + i] = sum;
         }
       }
@@ -112,8 +118,7 @@ TEST_P(SplitSteps, EveryWayOfRunningTheMembersGivesOneThreadsAnswer) {
     const std::vector<float> one = layer.run(nullptr, 1, nullptr, reverse);
     const std::vector<float> wrong = Layer(GetParam(), 9, 2, 256).run(nullptr, 1, nullptr, !reverse);
     ASSERT_FALSE(same_bits(one, wrong)) << "the directions should differ";
-    for (const auto& [name, fn] : {std::pair{"one after another", &one_after_another}, {"all at once", &all_at_once},
-                                   {"first one late", &first_one_late}, {"uneven", &uneven}}) {
+    for (const auto& [name, fn] : kWays) {
       for (const int64_t parts : {2, 3, 4}) {
         EXPECT_TRUE(same_bits(layer.run(fn, parts, nullptr, reverse), one))
             << name << ", " << parts << " pieces, reverse " << reverse;
@@ -130,8 +135,7 @@ TEST_P(SplitSteps, ACallersProductSplitsTheSameWay) {
   const std::vector<float> own = layer.run(nullptr, 1);
   // the same recurrence by another product: close, and the state really went through it
   for (size_t i = 0; i < one.size(); ++i) ASSERT_NEAR(one[i], own[i], 1e-4) << i;
-  for (const auto& [name, fn] : {std::pair{"one after another", &one_after_another}, {"all at once", &all_at_once},
-                                 {"first one late", &first_one_late}, {"uneven", &uneven}}) {
+  for (const auto& [name, fn] : kWays) {
     EXPECT_TRUE(same_bits(layer.run(fn, 4, &product), one)) << name;
   }
 }
@@ -141,7 +145,7 @@ std::string mode_name(const ::testing::TestParamInfo<RnnMode>& info) {
   return names[static_cast<int>(info.param)];
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, SplitSteps, ::testing::Values(RnnMode::Lstm, RnnMode::Gru, RnnMode::Tanh, RnnMode::Relu),
-                         mode_name);
+INSTANTIATE_TEST_SUITE_P(Modes, SplitSteps,
+                         ::testing::Values(RnnMode::Lstm, RnnMode::Gru, RnnMode::Tanh, RnnMode::Relu), mode_name);
 
 }  // namespace
