@@ -39,6 +39,7 @@ class Pt2rtConan(ConanFile):
             self.requires("zlib/1.2.13", visible=False)
             self.requires("brotli/1.0.9", visible=False)
             self.requires("grpc/1.51.1", visible=False)
+            self.requires("jemalloc/5.3.0", visible=False)  # pt2run's and pt2serve's malloc
         if self._cross:
             self.requires("openssl/3.0")  # Debian's multiarch package for the target; natively: the system's
         if self.options.with_tests:

@@ -10,6 +10,7 @@ APT_PACKAGES=(build-essential cmake ninja-build binutils git libssl-dev googlete
               libc++-dev libc++abi-dev mono-mcs mono-runtime rustc cargo  # the C API's consumers (make test)
               qemu-user  # other host classes, emulated: x86-64 without AVX-512 or AVX, aarch64 (make test)
               libsleef-dev  # the vector math that lite model libraries link (export --lite)
+              libjemalloc-dev  # pt2run's and pt2serve's malloc (runtime/cli/allocator.cpp)
               ccache)  # compiler cache shared by every build tree and clone (scripts/lib.sh)
 ensure_debian_packages "${APT_PACKAGES[@]}"
 if [ "$FLAVOUR" = cuda ] && [ ! -x "$CUDA_ROOT/bin/nvcc" ]; then

@@ -12,6 +12,7 @@
 
 #include <pt2rt/pt2rt.h>
 
+#include "allocator.h"
 #include "grpc_service.h"
 #include "http_api.h"
 #include "http_server.h"
@@ -46,7 +47,7 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  pt2rt::keep_freed_memory();  // a serving process, before its threads start (pt2rt.h)
+  pt2rt::keep_freed_memory();  // a serving process, before its threads start (pt2rt.h; glibc's malloc: allocator.cpp)
   if (!o.http.tls.cert.empty()) {  // a bad certificate stops the start before any model loads
     try {
       check_tls(o.http.tls);
@@ -82,7 +83,8 @@ int main(int argc, char** argv) {
   if (o.control == ModelControl::Poll) registry->poll_every(o.poll_seconds);
   log("info", "listening", {{"host", o.http.host}, {"http_port", std::to_string(http->port())},
                             {"grpc_port", std::to_string(grpc ? grpc->port() : -1)},
-                            {"tls", o.http.tls.cert.empty() ? "off" : o.http.tls.client_ca.empty() ? "on" : "mutual"}});
+                            {"tls", o.http.tls.cert.empty() ? "off" : o.http.tls.client_ca.empty() ? "on" : "mutual"},
+                            {"allocator", pt2rt::cli::allocator_name()}});
   std::atomic<bool> listening_ended{false};
   std::thread stopper([&] {
     int sig = 0;

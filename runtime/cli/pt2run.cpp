@@ -4,6 +4,8 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "allocator.h"
+
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
@@ -444,7 +446,9 @@ int cmd_bench(const std::string& package, const std::vector<std::string>& ops, c
                         {"cpu_s", cpu_s}, {"wall_s", wall_s}, {"cores_busy", cores_busy},
                         {"iters", iters}, {"threads", threads}, {"runners", runners}, {"warmup", warmup},
                         {"intra_op_threads", g_intra_op_threads > 0 ? g_intra_op_threads : pt2rt::num_threads()}, {"process_threads", process_threads},
-                        {"thread_cpu_s", thread_cpu_s}, {"peak_rss_mib", peak_rss_mib()}};
+                        {"thread_cpu_s", thread_cpu_s}, {"peak_rss_mib", peak_rss_mib()},
+                        {"allocator", pt2rt::cli::allocator_name()},
+                        {"allocated_mib", static_cast<double>(pt2rt::cli::allocated_bytes()) / (1 << 20)}};
     std::cout << j.dump() << "\n";
   } else {
     std::printf("%d runs, %d threads, %d runners: p50 %.3f ms  p90 %.3f ms  p99 %.3f ms  mean %.3f ms  %.1f runs/s  "
@@ -457,7 +461,8 @@ int cmd_bench(const std::string& package, const std::vector<std::string>& ops, c
 }  // namespace
 
 int main(int argc, char** argv) {
-  // pt2run owns its process: per-call model buffers stay mapped between runs (see keep_freed_memory).
+  // pt2run owns its process: per-call model buffers stay mapped between runs (see keep_freed_memory; glibc's
+  // malloc only: where pt2run links jemalloc, cli/allocator.cpp sets its policy and this changes nothing).
   pt2rt::keep_freed_memory();
   // Directories a killed pt2run (or any process of this user using libpt2rt) left in $TMPDIR.
   pt2rt::remove_stale_temp_dirs();
@@ -467,7 +472,8 @@ int main(int argc, char** argv) {
                "Exit codes: 0 ok, 1 verification mismatch, 2 usage, 3 package, 4 ops library, 5 input, 6 I/O, "
                "7 runtime."};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("pt2run ") + pt2rt::version() + " (torch " + pt2rt::torch_version() + ")");
+  app.set_version_flag("--version", std::string("pt2run ") + pt2rt::version() + " (torch " + pt2rt::torch_version() +
+                                         ", " + pt2rt::cli::allocator_name() + ")");
 
   std::string package, output;
   std::vector<std::string> ops, inputs;

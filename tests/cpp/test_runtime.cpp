@@ -964,6 +964,20 @@ TEST(Pt2run, BenchReportsItsOwnPeakResidentMemory) {
   EXPECT_LT(after_big_parent, alone + 512.0) << "alone " << alone << " MiB";
 }
 
+TEST(Pt2run, AllocatesThroughItsBuildsMalloc) {
+  // pt2run links jemalloc (runtime/CMakeLists.txt; not under the sanitizers) and exports its malloc, so every library
+  // of the process allocates through it: libtorch's operator registrations alone put tens of MiB in its statistics,
+  // where pt2run's own allocations are a few KiB
+  const auto j = nlohmann::json::parse(bench_json("--iters 5 --warmup 1"));
+  const std::string allocator = j.at("allocator").get<std::string>();
+  EXPECT_EQ(allocator.rfind(std::string(PT2RUN_ALLOCATOR) + " ", 0), 0u) << allocator;
+  if (std::string(PT2RUN_ALLOCATOR) == "jemalloc") {
+    EXPECT_GT(j.at("allocated_mib").get<double>(), 16.0);
+  } else {
+    EXPECT_EQ(j.at("allocated_mib").get<double>(), 0.0);
+  }
+}
+
 TEST(Documented, NumRunnersOutsideItsRangeIsAUsageError) {
   EXPECT_ERROR(pt2rt::Runtime::load(kNet, with_ops(0)), pt2rt::ErrorCode::Usage, "num_runners must be in 1..1024, got 0");
   EXPECT_ERROR(pt2rt::Runtime::load(kNet, with_ops(INT32_MAX)), pt2rt::ErrorCode::Usage, "got 2147483647");

@@ -58,6 +58,7 @@ class Serving:
                 entry = json.loads(line)
                 if entry["msg"] == "listening":
                     self.port, self.grpc_port = int(entry["http_port"]), int(entry["grpc_port"])
+                    self.allocator = entry["allocator"]
             if self.proc.poll() is not None:
                 raise AssertionError(f"pt2serve exited {self.proc.returncode}: {self.log.read_text()}")
             time.sleep(0.05)
@@ -196,6 +197,12 @@ def test_health_and_metadata(server):
     assert md["outputs"] == [{"name": "output_0", "datatype": "FP32", "shape": [-1, 8, 32, 32]}]
     assert md["versions"] == ["1"] and md["platform"] == "pt2rt"
     assert server.client.get_server_metadata()["extensions"] == ["binary_tensor_data", "model_repository"]
+
+
+def test_the_server_allocates_through_jemalloc(server):
+    """pt2serve links jemalloc as pt2run does (runtime/CMakeLists.txt; test_runtime's
+    Pt2run.AllocatesThroughItsBuildsMalloc shows every library's allocations reach it) and names it in its log."""
+    assert server.allocator.startswith("jemalloc 5."), server.allocator
 
 
 @pytest.mark.parametrize("binary", [True, False])
