@@ -1,7 +1,5 @@
 #include "http_api.h"
 
-#include <malloc.h>
-
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -13,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <pt2rt/pt2rt.h>
 
+#include "allocator.h"
 #include "http_codec.h"
 #include "http_infer.h"
 #include "metrics.h"
@@ -23,7 +22,7 @@ using nlohmann::json;
 namespace pt2serve {
 namespace {
 
-// bodies from this size up are followed by malloc_trim
+// bodies from this size up are followed by release_free_memory
 constexpr size_t kTrimFrom = size_t{4} << 20;
 // responses smaller than this go out uncompressed even when the client accepts gzip
 constexpr size_t kCompressFrom = 1024;
@@ -94,7 +93,7 @@ Body read_body(HttpRequest& r, size_t max_request_bytes) {
   if (body.size > 0) evbuffer_remove(r.body, body.raw.get(), body.size);
   // those pieces were allocated by the loop thread, in its malloc arena: give them back to the system rather than
   // keep a large body's worth resident beside what parsing it takes here (57 MB measured)
-  if (body.size >= kTrimFrom) malloc_trim(0);
+  if (body.size >= kTrimFrom) pt2rt::cli::release_free_memory();
   if (!r.content_encoding.empty()) {
     body.decoded = decode_body(r.content_encoding, body.view(), max_request_bytes);
     body.is_decoded = true;

@@ -10,13 +10,17 @@
 
 // No arena of its own for blocks past 8 MiB (jemalloc's oversize_threshold): that arena gives its freed pages
 // back at once, and a ResNet-18 at batch 8 faulted its activations in again on every run (+20 %). The others keep
-// jemalloc's 10 s decay, so memory a burst used goes back to the system. MALLOC_CONF in the environment overrides.
+// jemalloc's 10 s decay, which runs as the arena is used (no background thread): an idle process keeps what its
+// last burst freed. MALLOC_CONF in the environment overrides.
 extern "C" {
 const char* malloc_conf = "oversize_threshold:0";
 }
 #else
 #include <gnu/libc-version.h>
+#include <malloc.h>
 #endif
+
+#include <string>
 
 namespace pt2rt::cli {
 
@@ -43,6 +47,15 @@ std::size_t allocated_bytes() {
   return allocated;
 #else
   return 0;
+#endif
+}
+
+void release_free_memory() {
+#if defined(PT2RT_JEMALLOC)
+  const std::string purge = "arena." + std::to_string(MALLCTL_ARENAS_ALL) + ".purge";
+  mallctl(purge.c_str(), nullptr, nullptr, nullptr, 0);
+#else
+  malloc_trim(0);
 #endif
 }
 

@@ -175,6 +175,7 @@ int cmd_host(bool json) {
 
 bool g_ops_from_package_dir = false;  // --ops-from-package-dir
 bool g_reuse_run_memory = false;      // bench --reuse-run-memory
+bool g_keeps_freed_memory = false;    // what keep_freed_memory said at start (false beside jemalloc)
 int g_intra_op_threads = 0;           // --intra-op-threads (Options::intra_op_threads)
 
 pt2rt::Options options_for(const std::vector<std::string>& ops, int runners) {
@@ -447,7 +448,7 @@ int cmd_bench(const std::string& package, const std::vector<std::string>& ops, c
                         {"iters", iters}, {"threads", threads}, {"runners", runners}, {"warmup", warmup},
                         {"intra_op_threads", g_intra_op_threads > 0 ? g_intra_op_threads : pt2rt::num_threads()}, {"process_threads", process_threads},
                         {"thread_cpu_s", thread_cpu_s}, {"peak_rss_mib", peak_rss_mib()},
-                        {"allocator", pt2rt::cli::allocator_name()},
+                        {"allocator", pt2rt::cli::allocator_name()}, {"keeps_freed_memory", g_keeps_freed_memory},
                         {"allocated_mib", static_cast<double>(pt2rt::cli::allocated_bytes()) / (1 << 20)}};
     std::cout << j.dump() << "\n";
   } else {
@@ -463,7 +464,7 @@ int cmd_bench(const std::string& package, const std::vector<std::string>& ops, c
 int main(int argc, char** argv) {
   // pt2run owns its process: per-call model buffers stay mapped between runs (see keep_freed_memory; glibc's
   // malloc only: where pt2run links jemalloc, cli/allocator.cpp sets its policy and this changes nothing).
-  pt2rt::keep_freed_memory();
+  g_keeps_freed_memory = pt2rt::keep_freed_memory();
   // Directories a killed pt2run (or any process of this user using libpt2rt) left in $TMPDIR.
   pt2rt::remove_stale_temp_dirs();
   // the library reads no environment: the CLI passes $PT2RT_CPU_ISA as the option it stands for

@@ -5,6 +5,7 @@
 #include <string>
 
 #if defined(__GLIBC__)
+#include <dlfcn.h>
 #include <malloc.h>
 #endif
 
@@ -17,6 +18,8 @@ bool keep_freed_memory(std::size_t retain_bytes) {
                                       std::to_string(retain_bytes));
   }
 #if defined(__GLIBC__)
+  // jemalloc's in the process (linked into pt2run and pt2serve, or preloaded): glibc's heap serves nobody
+  if (dlsym(RTLD_DEFAULT, "mallctl") != nullptr) return false;
   // 32 MiB is glibc's largest mmap threshold on 64-bit (a fixed value also ends its dynamic adjustment); past it a
   // block is mmapped, and unmapped on free, unless mmaps are off (M_MMAP_MAX 0): then it comes from a heap too. A
   // block larger than a thread arena's 64 MiB heaps is still mmapped (glibc's fallback). The top pad is what a trim

@@ -199,10 +199,19 @@ def test_health_and_metadata(server):
     assert server.client.get_server_metadata()["extensions"] == ["binary_tensor_data", "model_repository"]
 
 
-def test_the_server_allocates_through_jemalloc(server):
+def test_the_server_allocates_through_the_builds_malloc(server):
     """pt2serve links jemalloc as pt2run does (runtime/CMakeLists.txt; test_runtime's
-    Pt2run.AllocatesThroughItsBuildsMalloc shows every library's allocations reach it) and names it in its log."""
-    assert server.allocator.startswith("jemalloc 5."), server.allocator
+    Pt2run.AllocatesThroughItsBuildsMalloc shows every library's allocations reach it there), exports its malloc
+    family so that the libraries' calls reach it, and names it in its log."""
+    cache = (pt2serve_path().parent.parent / "CMakeCache.txt").read_text()
+    linked = "PT2RT_JEMALLOC:INTERNAL=ON" in cache
+    assert server.allocator.startswith("jemalloc 5." if linked else "glibc "), server.allocator
+    if linked:
+        exported = subprocess.run(["nm", "-D", "--defined-only", str(pt2serve_path())], capture_output=True,
+                                  text=True, check=True).stdout
+        for name in ("malloc", "free", "calloc", "realloc", "posix_memalign", "aligned_alloc", "memalign", "valloc",
+                     "malloc_usable_size", "mallctl"):
+            assert re.search(rf" T {name}$", exported, re.M), name
 
 
 @pytest.mark.parametrize("binary", [True, False])

@@ -373,7 +373,8 @@ PT2RT_API bool is_lite();
 PT2RT_API void set_num_threads(int threads);
 PT2RT_API int num_threads();
 
-// Process-wide malloc policy for serving (glibc; elsewhere it changes nothing and returns false). Buffers then
+// Process-wide malloc policy for serving (glibc's malloc; elsewhere - another libc, jemalloc in the process as in
+// pt2run and pt2serve - it changes nothing and returns false). Buffers then
 // come from malloc's heaps instead of mmaps of their own (any size from the main arena; from a thread's arena,
 // up to its heaps' 64 MiB), and freed memory stays mapped instead of going back to the OS: all but what lies free
 // past retain_bytes at the top of a heap (with retain_bytes >= 64 MiB, a thread arena's heaps past its first stay
