@@ -12,10 +12,12 @@ which inductor keeps channels-last around convolutions); each output sums its ta
 skipped as oneDNN skips them, so inf and NaN reach the same outputs as in eager. docs/export.md has the numbers.
 
 A pointwise convolution (1x1, stride 1, no padding, one group) and what follows it alone - an eval-mode batch norm,
-then ReLU, ReLU6 (hardtanh 0..6), hardswish, hardsigmoid, SiLU or sigmoid - become one call: the batch norm folded into the
-weight and bias (as inductor's freezing folds it into a convolution), the weight laid out [C_in, C_out] padded to
-16 columns, the activation applied in registers before the output is stored. ATen's form is MKL's product plus a
-pass of inductor's over its output for the bias and the activation.
+then ReLU, ReLU6 (hardtanh 0..6), hardswish, hardsigmoid, SiLU or sigmoid - become one call: the batch norm folded
+into the weight and bias (as inductor's freezing folds it into a convolution), the weight laid out [C_in, C_out]
+padded to 16 columns, the activation applied in registers before the output is stored. ATen's form is MKL's product
+plus a pass of inductor's over its output for the bias and the activation. A depthwise convolution takes what follows
+it alone the same way (`pt2rt::depthwise_conv2d_act`: the batch norm folded into its taps and bias, the activation
+applied to each output row while the row is in L1) instead of a pass of inductor's over the whole image.
 Without the kernels library the convolutions stay ATen's (export_tools.recurrent says where it is looked for).
 """
 
@@ -31,6 +33,7 @@ aten = torch.ops.aten
 log = logging.getLogger("export_tools")
 
 OP = "pt2rt::depthwise_conv2d"
+ACT_OP = "pt2rt::depthwise_conv2d_act"
 POINTWISE_OP = "pt2rt::pointwise_conv2d"
 # Inputs past this many bytes (at the example's sizes where a dim is dynamic) stay oneDNN's: on large images the
 # kernel is memory-bound and oneDNN moves less (EfficientNet-B0 at batch 8, one thread, AMD EPYC: its 96 x 112 x 112
@@ -160,6 +163,23 @@ def _pointwise_chain(conv: torch.fx.Node) -> tuple[torch.fx.Node | None, torch.f
     return bn, act, _ACTIVATIONS[act.target]
 
 
+def _fold_batch_norm(graph: torch.fx.Graph, bn: torch.fx.Node, weight: torch.fx.Node, b: torch.fx.Node | None,
+                     scale_shape: list[int]) -> tuple[torch.fx.Node, torch.fx.Node]:
+    """y = (conv - mean) / sqrt(var + eps) * gamma + beta folded into the convolution (as inductor's freezing folds
+    it into ATen's): weight * s (s viewed as scale_shape, along the output channels), (b - mean) * s + beta."""
+    call_fn = graph.call_function
+    _y, gamma, beta, mean, var, _training, _momentum, eps = bn.args[:8]
+    scale = call_fn(aten.rsqrt.default, (call_fn(aten.add.Tensor, (var, eps)),))
+    if gamma is not None:
+        scale = call_fn(aten.mul.Tensor, (scale, gamma))
+    weight = call_fn(aten.mul.Tensor, (weight, call_fn(aten.view.default, (scale, scale_shape))))
+    shifted = call_fn(aten.sub.Tensor, (b, mean)) if b is not None else call_fn(aten.neg.default, (mean,))
+    b = call_fn(aten.mul.Tensor, (shifted, scale))
+    if beta is not None:
+        b = call_fn(aten.add.Tensor, (b, beta))
+    return weight, b
+
+
 def _rewrite_pointwise(graph: torch.fx.Graph, conv: torch.fx.Node) -> None:
     x, w, b, *_ = _conv_args(conv)
     bn, act, name = _pointwise_chain(conv)
@@ -170,21 +190,41 @@ def _rewrite_pointwise(graph: torch.fx.Graph, conv: torch.fx.Node) -> None:
     with graph.inserting_before(last):
         weight = call_fn(aten.view.default, (w, [cout, cin]))
         if bn is not None:
-            # y = (conv - mean) / sqrt(var + eps) * gamma + beta, folded: w * s, (b - mean) * s + beta
-            _y, gamma, beta, mean, var, _training, _momentum, eps = bn.args[:8]
-            scale = call_fn(aten.rsqrt.default, (call_fn(aten.add.Tensor, (var, eps)),))
-            if gamma is not None:
-                scale = call_fn(aten.mul.Tensor, (scale, gamma))
-            weight = call_fn(aten.mul.Tensor, (weight, call_fn(aten.view.default, (scale, [cout, 1]))))
-            shifted = call_fn(aten.sub.Tensor, (b, mean)) if b is not None else call_fn(aten.neg.default, (mean,))
-            b = call_fn(aten.mul.Tensor, (shifted, scale))
-            if beta is not None:
-                b = call_fn(aten.add.Tensor, (b, beta))
+            weight, b = _fold_batch_norm(graph, bn, weight, b, [cout, 1])
         weight = call_fn(aten.permute.default, (weight, [1, 0]))
         if ldw != cout:
             weight = call_fn(aten.constant_pad_nd.default, (weight, [0, ldw - cout], 0.0))
         weight = call_fn(aten.clone.default, (weight,), {"memory_format": torch.contiguous_format})
         call = call_fn(torch.ops.pt2rt.pointwise_conv2d.default, (x, weight, b, cout, name))
+    call.meta.update({k: v for k, v in conv.meta.items() if k in ("stack_trace", "nn_module_stack")})
+    _channels_last_val(call, last)
+    last.replace_all_uses_with(call)
+    for node in (act, bn, conv):
+        if node is not None:
+            graph.erase_node(node)
+
+
+def _rewrite_depthwise(graph: torch.fx.Graph, conv: torch.fx.Node) -> None:
+    """conv and the batch norm and activation that follow it alone as one call: pt2rt::depthwise_conv2d_act (the
+    batch norm folded into the taps and the bias, the activation applied to each row the kernel finishes, while it
+    is in L1), or pt2rt::depthwise_conv2d where no activation follows."""
+    x, w, b, stride, padding, dilation, _groups = _conv_args(conv)
+    bn, act, name = _pointwise_chain(conv)
+    channels, _, kh, kw = w.meta["val"].shape
+    call_fn = graph.call_function
+    last = act if act is not None else bn if bn is not None else conv
+    with graph.inserting_before(last):
+        taps = call_fn(aten.view.default, (w, [channels, kh * kw]))
+        if bn is not None:
+            taps, b = _fold_batch_norm(graph, bn, taps, b, [channels, 1])
+        taps = call_fn(aten.permute.default, (taps, [1, 0]))
+        taps = call_fn(aten.clone.default, (taps,), {"memory_format": torch.contiguous_format})
+        taps = call_fn(aten.view.default, (taps, [kh, kw, channels]))
+        geometry = (_pair(stride), _pair(padding), _pair(dilation))
+        if act is None:
+            call = call_fn(torch.ops.pt2rt.depthwise_conv2d.default, (x, taps, b, *geometry))
+        else:
+            call = call_fn(torch.ops.pt2rt.depthwise_conv2d_act.default, (x, taps, b, *geometry, name))
     call.meta.update({k: v for k, v in conv.meta.items() if k in ("stack_trace", "nn_module_stack")})
     _channels_last_val(call, last)
     last.replace_all_uses_with(call)
@@ -209,21 +249,7 @@ def fuse(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
     for node in pointwise:
         _rewrite_pointwise(graph, node)
     for node in calls:
-        x, w, b, stride, padding, dilation, _groups = _conv_args(node)
-        channels, _, kh, kw = w.meta["val"].shape
-        with graph.inserting_before(node):
-            taps = graph.call_function(aten.view.default, (w, [channels, kh * kw]))
-            taps = graph.call_function(aten.permute.default, (taps, [1, 0]))
-            taps = graph.call_function(aten.view.default,
-                                       (graph.call_function(aten.clone.default, (taps,),
-                                                            {"memory_format": torch.contiguous_format}),
-                                        [kh, kw, channels]))
-            call = graph.call_function(torch.ops.pt2rt.depthwise_conv2d.default,
-                                       (x, taps, b, _pair(stride), _pair(padding), _pair(dilation)))
-        call.meta.update({k: v for k, v in node.meta.items() if k in ("stack_trace", "nn_module_stack")})
-        _channels_last_val(call, node)
-        node.replace_all_uses_with(call)
-        graph.erase_node(node)
+        _rewrite_depthwise(graph, node)
     graph.eliminate_dead_code()
     ep.graph_module.recompile()
     return ep
@@ -240,8 +266,8 @@ def register() -> bool:
     if _registered:
         return True
     try:
-        torch._C._get_schema(OP, "")
-        torch._C._get_schema(POINTWISE_OP, "")
+        for op in (OP, ACT_OP, POINTWISE_OP):
+            torch._C._get_schema(op, "")
     except RuntimeError:
         return False
 
@@ -261,6 +287,13 @@ def register() -> bool:
     # its lowering made here, with the constraint: inductor's implicit one would constrain the input to eager's
     # strides (NCHW), a copy before every call
     lowering.make_fallback(torch.ops.pt2rt.depthwise_conv2d.default, layout_constraint=channels_last_input, warn=False)
+
+    @torch.library.register_fake(ACT_OP)
+    def _depthwise_conv2d_act(x, weight, bias, stride, padding, dilation, activation):
+        return _depthwise_conv2d(x, weight, bias, stride, padding, dilation)
+
+    lowering.make_fallback(torch.ops.pt2rt.depthwise_conv2d_act.default, layout_constraint=channels_last_input,
+                           warn=False)
 
     @torch.library.register_fake(POINTWISE_OP)
     def _pointwise_conv2d(x, weight, bias, out_channels, activation):

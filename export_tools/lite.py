@@ -44,7 +44,7 @@ SHIM_FUNCTIONS = frozenset({
     "aoti_torch_cpu_addmm_out", "aoti_torch_cpu_mm_out", "aoti_torch_cpu_bmm_out", "aoti_torch_cpu_convolution",
     "aoti_torch_cpu__scaled_dot_product_flash_attention_for_cpu",
     "aoti_torch_cpu_rnn_layer", "aoti_torch_cpu_lstm_layer", "aoti_torch_cpu_depthwise_conv2d",
-    "aoti_torch_cpu_pointwise_conv2d",
+    "aoti_torch_cpu_depthwise_conv2d_act", "aoti_torch_cpu_pointwise_conv2d",
 })
 # Custom ops the lite runtime runs itself (the recurrent layers export_tools.recurrent makes, runtime/lite/rnn.cpp;
 # the depthwise and pointwise convolutions of export_tools.convolutions, runtime/lite/ops.cpp),
@@ -62,6 +62,11 @@ BUILTIN_OPS = {
                                "AtenTensorHandle weight, AtenTensorHandle* bias, const int64_t* stride, "
                                "int64_t stride_len_, const int64_t* padding, int64_t padding_len_, "
                                "const int64_t* dilation, int64_t dilation_len_, AtenTensorHandle* ret0)",
+    "pt2rt::depthwise_conv2d_act": "AOTITorchError aoti_torch_cpu_depthwise_conv2d_act(AtenTensorHandle x, "
+                                   "AtenTensorHandle weight, AtenTensorHandle* bias, const int64_t* stride, "
+                                   "int64_t stride_len_, const int64_t* padding, int64_t padding_len_, "
+                                   "const int64_t* dilation, int64_t dilation_len_, const char* activation, "
+                                   "AtenTensorHandle* ret0)",
     "pt2rt::pointwise_conv2d": "AOTITorchError aoti_torch_cpu_pointwise_conv2d(AtenTensorHandle x, "
                                "AtenTensorHandle weight, AtenTensorHandle* bias, int64_t out_channels, "
                                "const char* activation, AtenTensorHandle* ret0)",

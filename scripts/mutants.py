@@ -369,9 +369,16 @@ mutant("kernels: SiLU and sigmoid see e^-y clamped, not inf, past float's range"
        "  return x > splat(88.7228394f) ? splat(__builtin_inff()) : y;", "  return y;",
        pytest("tests/python/test_pointwise.py", "-k", "non_finite and not isa"))
 mutant("export: pointwise convolutions keep their batch norm out of the weight", "export_tools/convolutions.py",
-       "            weight = call_fn(aten.mul.Tensor, (weight, call_fn(aten.view.default, (scale, [cout, 1]))))",
-       "            pass",
+       "    weight = call_fn(aten.mul.Tensor, (weight, call_fn(aten.view.default, (scale, scale_shape))))",
+       "    pass",
        pytest("tests/python/test_pointwise.py", "-k", "rewritten_graph"))
+mutant("export: a depthwise convolution's activation left out of its call", "export_tools/convolutions.py",
+       "            call = call_fn(torch.ops.pt2rt.depthwise_conv2d_act.default, (x, taps, b, *geometry, name))",
+       '            call = call_fn(torch.ops.pt2rt.depthwise_conv2d_act.default, (x, taps, b, *geometry, "none"))',
+       pytest("tests/python/test_depthwise.py", "-k", "rewritten_graph"))
+mutant("kernels: a depthwise row's activation leaves out the row's last partial vector", "runtime/kernels/pointwise_impl.h",
+       "    pw_store_part(p + i, v[0][0], n - i);", "",
+       pytest("tests/python/test_depthwise.py", "-k", "activation_after_the_sum"))
 mutant("kernels: MKL's recurrent product without b_hh", "runtime/kernels/rnn.cpp",
        "std::memcpy(self.bias[group].get() + k * n, self.bhh + k * self.H + u0, sizeof(float) * n);",
        "std::memset(self.bias[group].get() + k * n, 0, sizeof(float) * n);",

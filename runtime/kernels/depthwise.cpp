@@ -1,6 +1,7 @@
 // pt2rt::depthwise_conv2d: a depthwise 2-d convolution (one filter per channel, no channel multiplier) of a float32
 // image, channels-last in and out, with the weights as export_tools lays them out ([kh, kw, C]): oneDNN's own sets
 // each call up anew, a large part of a call on the small images of MobileNets and EfficientNets.
+// pt2rt::depthwise_conv2d_act: the same, then the activation that follows (pointwise.h's) on each finished row.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -9,9 +10,11 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "depthwise.h"
 #include "isa.h"
+#include "pointwise.h"
 
 namespace {
 
@@ -26,17 +29,17 @@ DepthwiseRowKernel row_fn() {
   return fn;
 }
 
-int64_t pair_at(at::IntArrayRef v, const char* what, size_t i) {
-  TORCH_CHECK(v.size() == 2, "pt2rt::depthwise_conv2d: expected ", what, " as 2 values, got ", v.size());
+int64_t pair_at(const char* op, at::IntArrayRef v, const char* what, size_t i) {
+  TORCH_CHECK(v.size() == 2, op, ": expected ", what, " as 2 values, got ", v.size());
   return v[i];
 }
 
 // Rows of output pixels per parallel piece: ~32K multiply-adds (a hand-off costs a few us).
 constexpr int64_t kWorkPerPiece = int64_t{1} << 15;
 
-at::Tensor depthwise_conv2d_cpu(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias_opt,
-                                at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation) {
-  constexpr const char* op = "pt2rt::depthwise_conv2d";
+at::Tensor depthwise(const char* op, const at::Tensor& x, const at::Tensor& weight,
+                     const std::optional<at::Tensor>& bias_opt, at::IntArrayRef stride, at::IntArrayRef padding,
+                     at::IntArrayRef dilation, int32_t activation) {
   TORCH_CHECK(weight.dim() == 3, op, ": expected weight [kh, kw, C], got ", weight.sizes());
   const bool has_bias = bias_opt.has_value() && bias_opt->defined();
   TORCH_CHECK(x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat &&
@@ -50,9 +53,9 @@ at::Tensor depthwise_conv2d_cpu(const at::Tensor& x, const at::Tensor& weight, c
                 kw = weight.size(1);
   TORCH_CHECK(weight.size(2) == c && (!has_bias || bias_opt->size(0) == c), op, ": x has ", c, " channels, weight ",
               weight.size(2), " and bias ", has_bias ? bias_opt->size(0) : c);
-  const int64_t sh = pair_at(stride, "stride", 0), sw = pair_at(stride, "stride", 1);
-  const int64_t ph = pair_at(padding, "padding", 0), pw = pair_at(padding, "padding", 1);
-  const int64_t dh = pair_at(dilation, "dilation", 0), dw = pair_at(dilation, "dilation", 1);
+  const int64_t sh = pair_at(op, stride, "stride", 0), sw = pair_at(op, stride, "stride", 1);
+  const int64_t ph = pair_at(op, padding, "padding", 0), pw = pair_at(op, padding, "padding", 1);
+  const int64_t dh = pair_at(op, dilation, "dilation", 0), dw = pair_at(op, dilation, "dilation", 1);
   TORCH_CHECK(sh > 0 && sw > 0 && dh > 0 && dw > 0 && ph >= 0 && pw >= 0 && kh > 0 && kw > 0, op,
               ": expected positive strides, dilations and kernel sizes and no negative padding, got stride ", stride,
               ", padding ", padding, ", dilation ", dilation, ", kernel ", kh, "x", kw);
@@ -75,12 +78,27 @@ at::Tensor depthwise_conv2d_cpu(const at::Tensor& x, const at::Tensor& weight, c
   at::parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t img = r / oh, oy = r % oh;
-      const DepthwiseRow args{ip + img * h * w * c, w * c, c, h, w, wp, bp,
-                              c, kh, kw, sh, sw, ph, pw, dh, dw, op_ + (img * oh + oy) * ow * c, c, ow};
+      const DepthwiseRow args{ip + img * h * w * c, w * c, c, h, w, wp, bp, c, kh, kw, sh, sw, ph, pw, dh, dw,
+                              op_ + (img * oh + oy) * ow * c, c, ow, activation};
       row(args, oy);
     }
   });
   return out;
+}
+
+at::Tensor depthwise_conv2d_cpu(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                                at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation) {
+  return depthwise("pt2rt::depthwise_conv2d", x, weight, bias, stride, padding, dilation,
+                   pt2rt::kernels::kPointwiseNone);
+}
+
+at::Tensor depthwise_conv2d_act_cpu(const at::Tensor& x, const at::Tensor& weight,
+                                    const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
+                                    at::IntArrayRef padding, at::IntArrayRef dilation, c10::string_view activation) {
+  const int32_t act = pt2rt::kernels::pointwise_activation_code(std::string_view(activation.data(), activation.size()));
+  TORCH_CHECK(act >= 0, "pt2rt::depthwise_conv2d_act: unknown activation '", activation, "', expected ",
+              pt2rt::kernels::kPointwiseActivationNames);
+  return depthwise("pt2rt::depthwise_conv2d_act", x, weight, bias, stride, padding, dilation, act);
 }
 
 }  // namespace
@@ -89,5 +107,11 @@ at::Tensor depthwise_conv2d_cpu(const at::Tensor& x, const at::Tensor& weight, c
 TORCH_LIBRARY_FRAGMENT(pt2rt, m) {
   m.def("depthwise_conv2d(Tensor x, Tensor weight, Tensor? bias, int[] stride, int[] padding, int[] dilation) -> "
         "Tensor");
+  // and the activation after the sum, in the same pass (a batch norm before it is folded into weight and bias)
+  m.def("depthwise_conv2d_act(Tensor x, Tensor weight, Tensor? bias, int[] stride, int[] padding, int[] dilation, "
+        "str activation) -> Tensor");
 }
-TORCH_LIBRARY_IMPL(pt2rt, CPU, m) { m.impl("depthwise_conv2d", &depthwise_conv2d_cpu); }
+TORCH_LIBRARY_IMPL(pt2rt, CPU, m) {
+  m.impl("depthwise_conv2d", &depthwise_conv2d_cpu);
+  m.impl("depthwise_conv2d_act", &depthwise_conv2d_act_cpu);
+}

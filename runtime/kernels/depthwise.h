@@ -19,6 +19,7 @@ struct DepthwiseRow {
   int64_t c, kh, kw, sh, sw, ph, pw, dh, dw;
   float* out;  // the row's first element
   int64_t out_ps, ow;
+  int32_t activation = 0;  // applied to each output after its sum: a PointwiseActivation code (pointwise.h)
 };
 using DepthwiseRowKernel = void (*)(const DepthwiseRow& args, int64_t oy);
 

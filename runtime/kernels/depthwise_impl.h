@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "depthwise.h"
+#include "pointwise_impl.h"  // the activation, applied to each finished row
 
 namespace {
 
@@ -150,6 +151,13 @@ void depthwise_row(const pt2rt::kernels::DepthwiseRow& d, int64_t oy) {
     if (ox + 4 <= d.ow) depthwise_span<4>(d, iy0, ky0, ky1, inner0, inner1, ox), ox += 4;
   }
   for (; ox < d.ow; ++ox) depthwise_span<1>(d, iy0, ky0, ky1, inner0, inner1, ox);
+  if (d.activation == pt2rt::kernels::kPointwiseNone) return;
+  // the row is still in L1: one pass over it (the pixels' channels contiguous: the whole row at once)
+  if (d.out_ps == d.c) {
+    pw_activate_span(d.out, d.ow * d.c, d.activation);
+  } else {
+    for (int64_t x = 0; x < d.ow; ++x) pw_activate_span(d.out + x * d.out_ps, d.c, d.activation);
+  }
 }
 
 }  // namespace

@@ -92,6 +92,26 @@ inline void pw_store_part(float* p, vf v, int64_t n) {
 #endif
 }
 
+// act (a PointwiseActivation code) over n floats from p, in place: whole vectors, then the last n % L floats in a
+// vector of their own - each value by the arithmetic of the pointwise kernel's tiles (a depthwise row's activation)
+inline void pw_activate_span(float* p, int64_t n, int32_t code) {
+  const PwActivation a = pw_activation(code);
+  vf v[1][1];
+  int64_t i = 0;
+  for (; i + L <= n; i += L) {
+    v[0][0] = loadv(p + i);
+    pw_activate<1, 1>(v, a);
+    storev(p + i, v[0][0]);
+  }
+  if (i < n) {
+    float part[L] = {};
+    std::memcpy(part, p + i, static_cast<std::size_t>(n - i) * sizeof(float));
+    v[0][0] = loadv(part);
+    pw_activate<1, 1>(v, a);
+    pw_store_part(p + i, v[0][0], n - i);
+  }
+}
+
 // rows [r0, r0 + R) x the V vectors of columns from c0
 template <int R, int V>
 inline void pw_tile(const pt2rt::kernels::PointwiseRows& a, int64_t r0, int64_t c0, const vf* init,

@@ -280,9 +280,11 @@ struct ConvRows {
   }
 };
 
+// activation (a PointwiseActivation code, after the sum): depthwise convolutions of channels-last images only
 std::unique_ptr<ShimTensor> convolution(const ShimTensor& input, const ShimTensor& weight, const ShimTensor* bias,
                                     const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
-                                    const std::vector<int64_t>& dilation, int64_t groups) {
+                                    const std::vector<int64_t>& dilation, int64_t groups,
+                                    int32_t activation = pt2rt::kernels::kPointwiseNone) {
   require_float32(input, "convolution's input");
   require_float32(weight, "convolution's weight");
   const int64_t spatial = input.dim() - 2;
@@ -352,11 +354,13 @@ std::unique_ptr<ShimTensor> convolution(const ShimTensor& input, const ShimTenso
       for (int64_t in = 0; in < n; ++in)
         for (int64_t oy = 0; oy < oh; ++oy) {
           const DepthwiseRow args{x + in * xs[0], xs[2], xs[3], h, w, wk.data(), b.data(), c, kh, kw, sh, sw, ph, pw,
-                                  dh, dw, y + in * ys[0] + oy * ys[2], ys[3], ow};
+                                  dh, dw, y + in * ys[0] + oy * ys[2], ys[3], ow, activation};
           row(args, oy);
         }
       return out;
     }
+    if (activation != pt2rt::kernels::kPointwiseNone)
+      throw std::invalid_argument("convolution: an activation needs channels-last images");
 #pragma omp parallel for collapse(2) schedule(static) if (n * oh * ow * c * taps >= kParallelWork)
     for (int64_t in = 0; in < n; ++in)
       for (int64_t oy = 0; oy < oh; ++oy) {
@@ -582,32 +586,61 @@ AOTITorchError pt2rt_lite_aoti_torch_cpu_convolution(AtenTensorHandle input, Ate
   });
 }
 
+namespace {
+
+std::unique_ptr<ShimTensor> depthwise(AtenTensorHandle x, AtenTensorHandle weight, AtenTensorHandle* bias,
+                                      const int64_t* stride, int64_t stride_len, const int64_t* padding,
+                                      int64_t padding_len, const int64_t* dilation, int64_t dilation_len,
+                                      int32_t activation) {
+  const ShimTensor& in = *as_tensor(x);
+  const ShimTensor& wk = *as_tensor(weight);  // [kh, kw, C]
+  if (in.dim() != 4 || wk.dim() != 3 || wk.sizes[2] != in.sizes[1])
+    throw std::invalid_argument("expected x [N, C, H, W] and weight [kh, kw, C] of its channels");
+  // the weight as convolution() reads it, [C, 1, kh, kw], a view of the same memory
+  ShimTensor w = wk;
+  w.sizes = {wk.sizes[2], 1, wk.sizes[0], wk.sizes[1]};
+  w.strides = {wk.strides[2], wk.sizes[2], wk.strides[0], wk.strides[1]};
+  // channels-last out, as libpt2rt_kernels' op returns (its input made channels-last first where it is not, or
+  // where its channels are not next to each other: a view of every other channel)
+  std::unique_ptr<ShimTensor> cl;
+  if (!is_channels_last_2d(in) || in.strides[1] != 1) {
+    const int64_t c = in.sizes[1], h = in.sizes[2], wd = in.sizes[3];
+    cl = empty_strided(in.sizes, {h * wd * c, 1, wd * c, c}, kFloat32);
+    copy_strided(*cl, in);
+  }
+  return convolution(cl ? *cl : in, w, bias != nullptr ? as_tensor(*bias) : nullptr,
+                     std::vector<int64_t>(stride, stride + stride_len),
+                     std::vector<int64_t>(padding, padding + padding_len),
+                     std::vector<int64_t>(dilation, dilation + dilation_len), in.sizes[1], activation);
+}
+
+}  // namespace
+
 AOTITorchError pt2rt_lite_aoti_torch_cpu_depthwise_conv2d(AtenTensorHandle x, AtenTensorHandle weight,
                                                           AtenTensorHandle* bias, const int64_t* stride,
                                                           int64_t stride_len, const int64_t* padding,
                                                           int64_t padding_len, const int64_t* dilation,
                                                           int64_t dilation_len, AtenTensorHandle* ret0) {
   return guarded("pt2rt::depthwise_conv2d", [&] {
-    const ShimTensor& in = *as_tensor(x);
-    const ShimTensor& wk = *as_tensor(weight);  // [kh, kw, C]
-    if (in.dim() != 4 || wk.dim() != 3 || wk.sizes[2] != in.sizes[1])
-      throw std::invalid_argument("expected x [N, C, H, W] and weight [kh, kw, C] of its channels");
-    // the weight as convolution() reads it, [C, 1, kh, kw], a view of the same memory
-    ShimTensor w = wk;
-    w.sizes = {wk.sizes[2], 1, wk.sizes[0], wk.sizes[1]};
-    w.strides = {wk.strides[2], wk.sizes[2], wk.strides[0], wk.strides[1]};
-    // channels-last out, as libpt2rt_kernels' op returns (its input made channels-last first where it is not)
-    std::unique_ptr<ShimTensor> cl;
-    if (!is_channels_last_2d(in)) {
-      const int64_t c = in.sizes[1], h = in.sizes[2], wd = in.sizes[3];
-      cl = empty_strided(in.sizes, {h * wd * c, 1, wd * c, c}, kFloat32);
-      copy_strided(*cl, in);
-    }
-    auto out = convolution(cl ? *cl : in, w, bias != nullptr ? as_tensor(*bias) : nullptr,
-                           std::vector<int64_t>(stride, stride + stride_len),
-                           std::vector<int64_t>(padding, padding + padding_len),
-                           std::vector<int64_t>(dilation, dilation + dilation_len), in.sizes[1]);
-    *ret0 = as_handle(out.release());
+    *ret0 = as_handle(depthwise(x, weight, bias, stride, stride_len, padding, padding_len, dilation, dilation_len,
+                                pt2rt::kernels::kPointwiseNone)
+                          .release());
+  });
+}
+
+AOTITorchError pt2rt_lite_aoti_torch_cpu_depthwise_conv2d_act(AtenTensorHandle x, AtenTensorHandle weight,
+                                                              AtenTensorHandle* bias, const int64_t* stride,
+                                                              int64_t stride_len, const int64_t* padding,
+                                                              int64_t padding_len, const int64_t* dilation,
+                                                              int64_t dilation_len, const char* activation,
+                                                              AtenTensorHandle* ret0) {
+  return guarded("pt2rt::depthwise_conv2d_act", [&] {
+    const int32_t act = pt2rt::kernels::pointwise_activation_code(activation != nullptr ? activation : "");
+    if (act < 0)
+      throw std::invalid_argument(std::string("unknown activation '") + (activation != nullptr ? activation : "") +
+                                  "', expected " + pt2rt::kernels::kPointwiseActivationNames);
+    *ret0 = as_handle(
+        depthwise(x, weight, bias, stride, stride_len, padding, padding_len, dilation, dilation_len, act).release());
   });
 }
 

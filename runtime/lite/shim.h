@@ -118,6 +118,11 @@ PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_cpu_depthwise_conv2d(
     AtenTensorHandle x, AtenTensorHandle weight, AtenTensorHandle* bias, const int64_t* stride, int64_t stride_len,
     const int64_t* padding, int64_t padding_len, const int64_t* dilation, int64_t dilation_len,
     AtenTensorHandle* ret0);
+// pt2rt::depthwise_conv2d_act: the same with the activation after the sum (a pointwise.h name)
+PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_cpu_depthwise_conv2d_act(
+    AtenTensorHandle x, AtenTensorHandle weight, AtenTensorHandle* bias, const int64_t* stride, int64_t stride_len,
+    const int64_t* padding, int64_t padding_len, const int64_t* dilation, int64_t dilation_len,
+    const char* activation, AtenTensorHandle* ret0);
 // pt2rt::pointwise_conv2d (export_tools.convolutions; ops.cpp): channels-last out
 PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_cpu_pointwise_conv2d(AtenTensorHandle x, AtenTensorHandle weight,
                                                                           AtenTensorHandle* bias, int64_t out_channels,
@@ -174,4 +179,5 @@ PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_cpu_pointwise_conv2d(AtenTe
   X(aoti_torch_cpu_rnn_layer) \
   X(aoti_torch_cpu_lstm_layer) \
   X(aoti_torch_cpu_depthwise_conv2d) \
+  X(aoti_torch_cpu_depthwise_conv2d_act) \
   X(aoti_torch_cpu_pointwise_conv2d)

@@ -57,6 +57,41 @@ def test_the_kernel_gives_torchs_answer(geometry):
             torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
+F = torch.nn.functional
+ACTIVATIONS = {"none": lambda y: y, "relu": torch.relu, "relu6": F.relu6, "hardswish": F.hardswish,
+               "hardsigmoid": F.hardsigmoid, "silu": F.silu, "sigmoid": torch.sigmoid}
+
+
+def act_and_kernel(geometry, activation, x, seed=0):
+    c, h, w, kh, kw, stride, padding, dilation, n = geometry
+    torch.manual_seed(seed)
+    conv = torch.nn.Conv2d(c, c, (kh, kw), stride, padding, dilation, groups=c).eval()
+    taps = conv.weight.detach().view(c, kh * kw).t().contiguous().view(kh, kw, c)
+    with torch.no_grad():
+        expected = ACTIVATIONS[activation](conv(x))
+        got = torch.ops.pt2rt.depthwise_conv2d_act(x, taps, conv.bias, list(stride), list(padding), list(dilation),
+                                                   activation)
+    return expected, got
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_the_activation_after_the_sum_gives_torchs_answer(activation):
+    """pt2rt::depthwise_conv2d_act: each row's outputs through the activation once the row is summed - every
+    geometry (rows of whole vectors and of a part of one), NaN and inf where torch has them."""
+    for geometry in GEOMETRIES:
+        c, h, w, *_, n = geometry
+        x = torch.randn(n, c, h, w) * 4
+        x.view(-1)[::7] = float("nan")
+        x.view(-1)[3::11] = float("inf")
+        x.view(-1)[5::13] = -float("inf")
+        expected, got = act_and_kernel(geometry, activation, x)
+        assert got.is_contiguous(memory_format=torch.channels_last)
+        assert torch.equal(got.isnan(), expected.isnan()), geometry
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5, equal_nan=True)
+        expected, got = act_and_kernel(geometry, activation, torch.randn(n, c, h, w) * 4)
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_a_strided_view_as_input():
     geometry = (24, 10, 12, 3, 3, (1, 1), (1, 1), (1, 1), 2)
     x = torch.randn(2, 48, 10, 24)[:, ::2, :, ::2]  # neither layout
@@ -114,6 +149,11 @@ def test_bad_arguments_are_refused_naming_what():
         op(x, w, b, [0, 1], [1, 1], [1, 1])
     with pytest.raises(RuntimeError, match=r"the 3x3 kernel .* is larger than the padded input 5x5"):
         op(x, w, b, [1, 1], [0, 0], [3, 3])
+    with pytest.raises(RuntimeError, match="pt2rt::depthwise_conv2d_act: unknown activation 'gelu', expected none, "
+                                           "relu, relu6, hardswish, hardsigmoid, silu or sigmoid"):
+        torch.ops.pt2rt.depthwise_conv2d_act(x, w, b, [1, 1], [1, 1], [1, 1], "gelu")
+    with pytest.raises(RuntimeError, match=r"pt2rt::depthwise_conv2d_act: x has 8 channels, weight 4"):
+        torch.ops.pt2rt.depthwise_conv2d_act(x, torch.zeros(3, 3, 4), b, [1, 1], [1, 1], [1, 1], "relu")
 
 
 class Block(torch.nn.Module):
@@ -122,13 +162,22 @@ class Block(torch.nn.Module):
         self.expand = torch.nn.Conv2d(4, 24, 1)
         self.dw = torch.nn.Conv2d(24, 24, 5, stride=2, padding=2, groups=24)
         self.dw_nobias = torch.nn.Conv2d(24, 24, 3, padding=1, groups=24, bias=False)
+        self.dw_bn = torch.nn.Conv2d(24, 24, 3, padding=1, groups=24, bias=False)
+        self.bn = torch.nn.BatchNorm2d(24)
+        self.dw_shared = torch.nn.Conv2d(24, 24, 3, padding=1, groups=24)
         self.multiplier = torch.nn.Conv2d(24, 48, 3, padding=1, groups=24)  # 2 filters per channel: not depthwise
         self.grouped = torch.nn.Conv2d(48, 48, 3, padding=1, groups=12)
+        with torch.no_grad():  # statistics of their own, so that folding them shows
+            self.bn.running_mean.uniform_(-1, 1), self.bn.running_var.uniform_(0.5, 2)
+            self.bn.weight.uniform_(0.5, 1.5), self.bn.bias.uniform_(-1, 1)
 
     def forward(self, x):
         y = torch.nn.functional.hardswish(self.expand(x))
         y = torch.relu(self.dw(y))
         y = self.dw_nobias(y) + y
+        y = torch.nn.functional.silu(self.bn(self.dw_bn(y)))
+        z = self.dw_shared(y)  # used twice: its activation stays inductor's
+        y = torch.sigmoid(z) * z
         return self.grouped(self.multiplier(y))
 
 
@@ -142,7 +191,11 @@ def test_the_rewritten_graph_gives_the_eager_answer_with_one_call_per_depthwise_
     x = torch.randn(2, 4, 15, 15)
     ep = convolutions.fuse(torch.export.export(model, (x,), strict=False))
     calls = targets(ep)
-    assert calls.count("pt2rt.depthwise_conv2d.default") == 2
+    assert calls.count("pt2rt.depthwise_conv2d.default") == 2  # dw_nobias, dw_shared
+    acts = [n.args[6] for n in ep.graph.nodes if n.target is torch.ops.pt2rt.depthwise_conv2d_act.default]
+    assert sorted(acts) == ["relu", "silu"]  # dw, dw_bn with its batch norm folded in
+    assert not any("batch_norm" in t or "silu" in t or "relu" in t for t in calls), calls
+    assert calls.count("aten.sigmoid.default") == 1
     assert calls.count("pt2rt.pointwise_conv2d.default") == 1  # expand (test_pointwise.py)
     assert sum("conv2d.default" in t and "pt2rt" not in t for t in calls) == 2  # multiplier, grouped
     with torch.no_grad():
@@ -152,6 +205,39 @@ def test_the_rewritten_graph_gives_the_eager_answer_with_one_call_per_depthwise_
     ep = convolutions.fuse(torch.export.export(model, (x,), dynamic_shapes=dims, strict=False))
     with torch.no_grad():
         torch.testing.assert_close(ep.module()(x[:1]), model(x[:1]), rtol=1e-5, atol=1e-5)
+
+
+class FoldEdges(torch.nn.Module):
+    """Batch norms after depthwise convolutions that fold only with care: one without affine parameters and with a
+    large eps and nothing after it, one whose output is used twice (its activation stays inductor's)."""
+
+    def __init__(self):
+        super().__init__()
+        self.dw = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.bn = torch.nn.BatchNorm2d(8, eps=0.5, affine=False)
+        self.dw_nobias = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8, bias=False)
+        self.bn_twice = torch.nn.BatchNorm2d(8)
+        with torch.no_grad():
+            for bn in (self.bn, self.bn_twice):
+                bn.running_mean.uniform_(-1, 1), bn.running_var.uniform_(0.1, 2)
+            self.bn_twice.weight.uniform_(0.5, 1.5), self.bn_twice.bias.uniform_(-1, 1)
+
+    def forward(self, x):
+        z = self.bn_twice(self.dw_nobias(self.bn(self.dw(x))))
+        return torch.relu(z) + z
+
+
+def test_batch_norms_fold_with_their_eps_without_affine_parameters_and_keep_every_use():
+    torch.manual_seed(0)
+    model = FoldEdges().eval()
+    x = torch.randn(2, 8, 7, 7)
+    ep = convolutions.fuse(torch.export.export(model, (x,), strict=False))
+    calls = targets(ep)
+    # both folded into plain calls: nothing to apply after the first, the second's output also added
+    assert calls.count("pt2rt.depthwise_conv2d.default") == 2 and "pt2rt.depthwise_conv2d_act.default" not in calls
+    assert not any("batch_norm" in t for t in calls) and calls.count("aten.relu.default") == 1, calls
+    with torch.no_grad():
+        torch.testing.assert_close(ep.module()(x), model(x), rtol=1e-5, atol=1e-5)
 
 
 def test_other_dtypes_and_transposed_convolutions_are_left_to_torch():
@@ -205,8 +291,10 @@ def run_in_each_isa(module: str, calls: str) -> None:
 
 def test_the_kernel_of_every_isa_gives_torchs_answer():
     """Compiled per ISA and chosen once per process: each one this CPU runs."""
-    run_in_each_isa("test_depthwise", "for g in t.GEOMETRIES: t.test_the_kernel_gives_torchs_answer(g)\n"
-                                      "t.test_non_finite_values_reach_the_outputs_they_reach_in_torch()\n")
+    run_in_each_isa("test_depthwise",
+                    "for g in t.GEOMETRIES: t.test_the_kernel_gives_torchs_answer(g)\n"
+                    "t.test_non_finite_values_reach_the_outputs_they_reach_in_torch()\n"
+                    "for a in t.ACTIVATIONS: t.test_the_activation_after_the_sum_gives_torchs_answer(a)\n")
 
 
 def strides_of_inputs(code: str, op: str = "depthwise_conv2d") -> list[tuple[int, ...]]:
@@ -239,14 +327,15 @@ def test_inductor_gives_the_kernel_channels_last_inputs():
     with torch.no_grad(), config.patch(freezing=True):  # as export_tools compiles
         got, (code,) = run_and_get_code(torch.compile(ep.module()), x)
         torch.testing.assert_close(got, model(x), rtol=1e-5, atol=1e-5)
-    inputs = strides_of_inputs(code)
-    assert len(inputs) == 2, code
+    inputs = strides_of_inputs(code) + strides_of_inputs(code, "depthwise_conv2d_act")
+    assert len(inputs) == 4, code
     assert all(s[1] == 1 and s[3] == 24 for s in inputs), inputs
     # inductor's own fallback for the op would constrain its input to eager's strides (an AOTI compile then gave it
     # NCHW images from a 1x1 convolution's epilogue): export_tools' lowering with its channels-last constraint stands
     from torch._inductor import lowering
-    constraint = lowering.maybe_layout_constraints(torch.ops.pt2rt.depthwise_conv2d.default)
-    assert constraint is not None and constraint.__name__ == "channels_last_input"
+    for op in (torch.ops.pt2rt.depthwise_conv2d.default, torch.ops.pt2rt.depthwise_conv2d_act.default):
+        constraint = lowering.maybe_layout_constraints(op)
+        assert constraint is not None and constraint.__name__ == "channels_last_input", op
 
 
 def test_large_images_stay_onednns():

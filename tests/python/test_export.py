@@ -478,9 +478,9 @@ def test_products_are_rewritten_where_atens_form_is_slow():
 
 class _Activations(torch.nn.Module):
     """Dense 3x3 convolutions (packed where export_tools packs) followed by each activation inductor would fuse
-    into oneDNN's call, a residual add, a depthwise convolution (pt2rt's kernel: export_tools.convolutions), then a
-    grouped convolution (never packed) and a 1x1 one with its batch norm and ReLU (pt2rt's kernel), a linear layer
-    with a ReLU over the last dimension and an LSTM over the rows (both packed)."""
+    into oneDNN's call, a residual add, a depthwise convolution and its ReLU (pt2rt's kernel, one call:
+    export_tools.convolutions), then a grouped convolution (never packed) and a 1x1 one with its batch norm and ReLU
+    (pt2rt's kernel), a linear layer with a ReLU over the last dimension and an LSTM over the rows (both packed)."""
 
     def __init__(self):
         super().__init__()
@@ -579,7 +579,7 @@ def test_optimize_folds_the_weights_by_default_keeping_nan_as_eager(tmp_path, mo
     # the spec names the class the native variant's weights are packed for; the runtimes pass it over elsewhere
     spec = read_spec(tmp_path / "fold.pt2")
     assert [v.get("packed_for") for v in spec["variants"]] == [packed_for, None]
-    assert sorted(op["name"] for op in spec["custom_ops"]) == ["pt2rt::depthwise_conv2d", "pt2rt::lstm_layer",
+    assert sorted(op["name"] for op in spec["custom_ops"]) == ["pt2rt::depthwise_conv2d_act", "pt2rt::lstm_layer",
                                                                 "pt2rt::pointwise_conv2d"]
     if packed_for is not None:
         assert package.select_variant(spec)["isa"] == "native"

@@ -44,7 +44,7 @@ class Tagger(torch.nn.Module):
         y = self.squeeze(y)
         y = torch.nn.functional.gelu(self.depthwise(y)) + y
         y = torch.relu(self.dense(y.contiguous(memory_format=torch.channels_last))) + y
-        y = y + 0.01 * self.wide(y).sum((2, 3), keepdim=True)
+        y = y + 0.01 * torch.nn.functional.silu(self.wide(y)).sum((2, 3), keepdim=True)  # silu: the kernel's
         y = self.grouped(y).flatten(2)                       # [n, 24, h*w]
         y = self.conv1d(y).transpose(1, 2)                   # [n, h*w, 64]
         y = self.norm(y)
@@ -109,7 +109,8 @@ def test_lite_library_needs_no_libtorch(package):
     assert variant["record"] == "pt2rt/lite/native.so" and variant["isa"] == "native"
     assert set(variant["shim"]) <= lite.SHIM_FUNCTIONS
     assert {"aoti_torch_cpu_convolution", "aoti_torch_cpu__scaled_dot_product_flash_attention_for_cpu",
-            "aoti_torch_cpu_addmm_out", "aoti_torch_cpu_pointwise_conv2d"} <= set(variant["shim"])
+            "aoti_torch_cpu_addmm_out", "aoti_torch_cpu_pointwise_conv2d", "aoti_torch_cpu_depthwise_conv2d",
+            "aoti_torch_cpu_depthwise_conv2d_act"} <= set(variant["shim"])
     assert not [n for n in variant["needed"] if re.search(r"torch|c10|python", n)]
     # the full variants are as they were: the package still runs in the full runtime
     assert [v["isa"] for v in spec["variants"]] == ["native"]
