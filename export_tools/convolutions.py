@@ -180,6 +180,18 @@ def _fold_batch_norm(graph: torch.fx.Graph, bn: torch.fx.Node, weight: torch.fx.
     return weight, b
 
 
+def _replace_chain(graph: torch.fx.Graph, call: torch.fx.Node, conv: torch.fx.Node, bn: torch.fx.Node | None,
+                   act: torch.fx.Node | None) -> None:
+    """call takes the place of conv and the batch norm and activation it absorbed."""
+    last = act if act is not None else bn if bn is not None else conv
+    call.meta.update({k: v for k, v in conv.meta.items() if k in ("stack_trace", "nn_module_stack")})
+    _channels_last_val(call, last)
+    last.replace_all_uses_with(call)
+    for node in (act, bn, conv):
+        if node is not None:
+            graph.erase_node(node)
+
+
 def _rewrite_pointwise(graph: torch.fx.Graph, conv: torch.fx.Node) -> None:
     x, w, b, *_ = _conv_args(conv)
     bn, act, name = _pointwise_chain(conv)
@@ -196,12 +208,7 @@ def _rewrite_pointwise(graph: torch.fx.Graph, conv: torch.fx.Node) -> None:
             weight = call_fn(aten.constant_pad_nd.default, (weight, [0, ldw - cout], 0.0))
         weight = call_fn(aten.clone.default, (weight,), {"memory_format": torch.contiguous_format})
         call = call_fn(torch.ops.pt2rt.pointwise_conv2d.default, (x, weight, b, cout, name))
-    call.meta.update({k: v for k, v in conv.meta.items() if k in ("stack_trace", "nn_module_stack")})
-    _channels_last_val(call, last)
-    last.replace_all_uses_with(call)
-    for node in (act, bn, conv):
-        if node is not None:
-            graph.erase_node(node)
+    _replace_chain(graph, call, conv, bn, act)
 
 
 def _rewrite_depthwise(graph: torch.fx.Graph, conv: torch.fx.Node) -> None:
@@ -225,12 +232,7 @@ def _rewrite_depthwise(graph: torch.fx.Graph, conv: torch.fx.Node) -> None:
             call = call_fn(torch.ops.pt2rt.depthwise_conv2d.default, (x, taps, b, *geometry))
         else:
             call = call_fn(torch.ops.pt2rt.depthwise_conv2d_act.default, (x, taps, b, *geometry, name))
-    call.meta.update({k: v for k, v in conv.meta.items() if k in ("stack_trace", "nn_module_stack")})
-    _channels_last_val(call, last)
-    last.replace_all_uses_with(call)
-    for node in (act, bn, conv):
-        if node is not None:
-            graph.erase_node(node)
+    _replace_chain(graph, call, conv, bn, act)
 
 
 def fuse(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
