@@ -365,8 +365,9 @@ mutant("kernels: a pointwise tile leaves out its last partial vector of columns"
 mutant("kernels: the pointwise clamps turn NaN into their bound", "runtime/kernels/pointwise_impl.h",
        "  t = t < a.lo ? a.lo : t;", "  t = t > a.lo ? t : a.lo;",
        pytest("tests/python/test_pointwise.py", "-k", "non_finite and not isa"))
-mutant("kernels: SiLU and sigmoid see e^-y clamped, not inf, past float's range", "runtime/kernels/exp_impl.h",
-       "  return x > splat(88.7228394f) ? splat(__builtin_inff()) : y;", "  return y;",
+mutant("kernels: SiLU and sigmoid see e^-y clamped below float's range, not inf past it", "runtime/kernels/exp_impl.h",
+       "  const vf c = min_or_nan(splat(89.0f), max_or_nan(splat(-86.0f), x));",
+       "  const vf c = min_or_nan(splat(88.0f), max_or_nan(splat(-86.0f), x));",
        pytest("tests/python/test_pointwise.py", "-k", "non_finite and not isa"))
 mutant("export: pointwise convolutions keep their batch norm out of the weight", "export_tools/convolutions.py",
        "    weight = call_fn(aten.mul.Tensor, (weight, call_fn(aten.view.default, (scale, scale_shape))))",

@@ -60,16 +60,36 @@ __attribute__((always_inline)) inline vf pw_clamp(vf y, const PwActivation& a) {
   return t * a.scale;
 }
 
+// SiLU (times_y) or sigmoid on n vectors at p, in place: a loop of its own, where e^-y's constants stay in registers
+// (on a tile's accumulators, unrolled, they did not fit beside them: constants reloaded, accumulators spilled)
+__attribute__((noinline)) inline void pw_logistic(float* p, int n, bool times_y) {
+  const vf one = splat(1.0f);
+  if (times_y) {
+    for (int i = 0; i < n; ++i) {
+      const vf y = loadv(p + i * L);
+      storev(p + i * L, y / (one + exp_v(-y)));
+    }
+  } else {
+    for (int i = 0; i < n; ++i) storev(p + i * L, one / (one + exp_v(-loadv(p + i * L))));
+  }
+}
+
 // The activation on a finished tile, in registers: each form's loop unrolled whole, so the accumulators stay
-// registers (a loop over them, or a call per vector, would put them all in memory)
+// registers (a loop over them, or a call per vector, would put them all in memory); the logistic ones through the
+// tile's copy in L1 (pw_logistic)
 template <int R, int V>
 __attribute__((always_inline)) inline void pw_activate(vf (&acc)[R][V], const PwActivation& a) {
-  if (a.logistic) {
+  if (a.logistic && R * V > 1) {
+    alignas(64) float tile[R * V * L];
+    for (int n = 0; n < R * V; ++n) storev(tile + n * L, acc[n / V][n % V]);
+    pw_logistic(tile, R * V, a.times_y);
+    for (int n = 0; n < R * V; ++n) acc[n / V][n % V] = loadv(tile + n * L);
+  } else if (a.logistic) {
     const vf one = splat(1.0f);
 #pragma GCC unroll 48
     for (int n = 0; n < R * V; ++n) {
       vf& y = acc[n / V][n % V];
-      y = (a.times_y ? y : one) / (one + exp_v_inf(-y));
+      y = (a.times_y ? y : one) / (one + exp_v(-y));
     }
   } else if (a.times_y) {
 #pragma GCC unroll 48

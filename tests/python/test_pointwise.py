@@ -81,6 +81,23 @@ def test_non_finite_values_reach_the_outputs_they_reach_in_torch():
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6, equal_nan=True)
 
 
+def test_logistic_activations_near_the_ends_of_floats_range():
+    """SiLU and sigmoid where e^-y nears float's range and passes it (the kernels' e^x clamps there and doubles past
+    2^127): each output as eager's, 0 and -0 included, inf and NaN where eager has them."""
+    y = torch.tensor([-1e30, -100.0, -89.0, -88.8, -88.72, -88.5, -87.5, -86.5, -86.0, -85.9, -20.0, -1e-30, 0.0,
+                      20.0, 85.9, 86.5, 88.5, 88.8, 100.0, 1e30, float("inf"), float("-inf"), float("nan")])
+    x = y.view(1, 1, 1, -1)
+    weight = torch.zeros(1, 16)
+    weight[0, 0] = 1.0  # one input channel to one output: the sums are y itself
+    for activation in ("silu", "sigmoid"):
+        with torch.no_grad():
+            got = torch.ops.pt2rt.pointwise_conv2d(x, weight, None, 1, activation).flatten()
+        expected = ACTIVATIONS[activation](y)
+        assert torch.equal(got.isnan(), expected.isnan()), (activation, got, expected)
+        assert torch.equal(got.isinf(), expected.isinf()), (activation, got, expected)
+        torch.testing.assert_close(got, expected, rtol=2e-6, atol=1e-37, equal_nan=True, msg=activation)
+
+
 def test_any_number_of_threads_gives_one_threads_answer_bit_for_bit():
     shape = (3, 72, 40, 28, 28)
     before = torch.get_num_threads()
@@ -199,4 +216,5 @@ def test_the_kernel_of_every_isa_gives_torchs_answer():
     """Compiled per ISA and chosen once per process: each one this CPU runs."""
     from test_depthwise import run_in_each_isa
     run_in_each_isa("test_pointwise", "for s in t.SHAPES: t.test_the_kernel_gives_torchs_answer(s)\n"
-                                      "t.test_non_finite_values_reach_the_outputs_they_reach_in_torch()\n")
+                                      "t.test_non_finite_values_reach_the_outputs_they_reach_in_torch()\n"
+                                      "t.test_logistic_activations_near_the_ends_of_floats_range()\n")
