@@ -13,34 +13,28 @@ namespace {
 
 typedef uint32_t exp_vi __attribute__((vector_size(L * sizeof(uint32_t))));
 
-// max(lo, x) and min(hi, x), x passed on where it is NaN: one instruction each on x86 (GCC leaves the ternary
-// forms as a compare and a blend, on the ports the products need)
-inline vf max_or_nan(vf lo, vf x) {
+// min(hi, max(lo, x)), x passed on where it is NaN: one instruction per bound on x86 (GCC leaves the ternary forms
+// as a compare and a blend each, on the ports the products need)
+inline vf clamp_or_nan(vf x, float lo, float hi) {
 #if defined(__AVX512F__)
-  return reinterpret_cast<vf>(_mm512_max_ps(reinterpret_cast<__m512>(lo), reinterpret_cast<__m512>(x)));
+  const __m512 m = _mm512_max_ps(reinterpret_cast<__m512>(splat(lo)), reinterpret_cast<__m512>(x));
+  return reinterpret_cast<vf>(_mm512_min_ps(reinterpret_cast<__m512>(splat(hi)), m));
 #elif defined(__AVX__)
-  return reinterpret_cast<vf>(_mm256_max_ps(reinterpret_cast<__m256>(lo), reinterpret_cast<__m256>(x)));
+  const __m256 m = _mm256_max_ps(reinterpret_cast<__m256>(splat(lo)), reinterpret_cast<__m256>(x));
+  return reinterpret_cast<vf>(_mm256_min_ps(reinterpret_cast<__m256>(splat(hi)), m));
 #else
-  return x < lo ? lo : x;
-#endif
-}
-inline vf min_or_nan(vf hi, vf x) {
-#if defined(__AVX512F__)
-  return reinterpret_cast<vf>(_mm512_min_ps(reinterpret_cast<__m512>(hi), reinterpret_cast<__m512>(x)));
-#elif defined(__AVX__)
-  return reinterpret_cast<vf>(_mm256_min_ps(reinterpret_cast<__m256>(hi), reinterpret_cast<__m256>(x)));
-#else
-  return x > hi ? hi : x;
+  const vf m = x < splat(lo) ? splat(lo) : x;
+  return m > splat(hi) ? splat(hi) : m;
 #endif
 }
 
-// e^x for the logistic forms, 1 / (1 + e^x) and x / (1 + e^x) (the gates, SiLU, sigmoid, tanh's large form): 2^n e^r
-// with |r| <= ln2 / 2 and a degree-7 polynomial for e^r, within 1.3 ulp of e^x from -86 up to float's range (every
-// float checked against double's: 0.94 ulp with FMA, 1.22 without), inf past it (sigmoid(-inf) 0, SiLU(-inf) NaN, as in eager), e^-86 below -86
-// (1 + e^x is 1 there in floats); NaN gives NaN without a test of its own (the clamps pass it, the polynomial keeps
-// it).
+// e^x for the logistic forms, 1 / (1 + e^x) and x / (1 + e^x) (the gates, SiLU, sigmoid, tanh's large form):
+// 2^n e^r with |r| <= ln2 / 2 and a degree-7 polynomial for e^r, within 1.3 ulp of e^x from -86 up to float's range
+// (every float checked against double's: 0.94 ulp with FMA, 1.22 without), inf past it (sigmoid(-inf) 0, SiLU(-inf)
+// NaN, as in eager), e^-86 below -86 (1 + e^x is 1 there in floats); NaN gives NaN without a test of its own (the
+// clamps pass it, the polynomial keeps it).
 inline vf exp_v(vf x) {
-  const vf c = min_or_nan(splat(89.0f), max_or_nan(splat(-86.0f), x));
+  const vf c = clamp_or_nan(x, -86.0f, 89.0f);
   // + 1.5 * 2^23 rounds to an integer n, which is then the float's low mantissa bits
   const vf t = c * splat(1.44269504088896341f) + splat(12582912.0f);
   const vf n = t - splat(12582912.0f);
