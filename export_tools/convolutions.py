@@ -1,5 +1,5 @@
-"""Depthwise and pointwise convolutions as calls of pt2rt's own kernels (`pt2rt::depthwise_conv2d`,
-`pt2rt::pointwise_conv2d`, libpt2rt_kernels.so).
+"""Depthwise, pointwise and 3x3 convolutions as calls of pt2rt's own kernels (`pt2rt::depthwise_conv2d`,
+`pt2rt::pointwise_conv2d`, `pt2rt::winograd_conv2d`, libpt2rt_kernels.so).
 
 oneDNN, which ATen's CPU convolutions call, sets each depthwise convolution up anew on every call (descriptors,
 attributes, its primitive cache), and on small images its kernel is no faster than a plain blocked loop.
@@ -18,6 +18,14 @@ padded to 16 columns, the activation applied in registers before the output is s
 plus a pass of inductor's over its output for the bias and the activation. A depthwise convolution takes what follows
 it alone the same way (`pt2rt::depthwise_conv2d_act`: the batch norm folded into its taps and bias, the activation
 applied to each output row while the row is in L1) instead of a pass of inductor's over the whole image.
+A 3x3 convolution (stride 1, no dilation, one group) of WINOGRAD_MIN_CHANNELS or more channels in and out, at most
+WINOGRAD_MAX_PRODUCT channel pairs and an output of WINOGRAD_MIN_OUTPUTS positions or more, takes what follows it alone
+the same way and becomes `pt2rt::winograd_conv2d`: Winograd's F(2x2, 3x3), 16 multiply-adds per input channel for
+each 2x2 outputs where oneDNN's direct convolution does 36 (runtime/kernels/winograd.h). Its weight is transformed
+here (in float64, then rounded), and the taps are kept beside it for the tiles it computes directly (inf or NaN in
+their inputs: they reach the outputs they reach in eager). Outputs differ from eager's by rounding only (within
+~5e-7 of the output's largest value on ResNet-like layers, less than oneDNN's own); the weights take 16/9 + 1 of
+their size, hence the bound on channel pairs.
 Without the kernels library the convolutions stay ATen's (export_tools.recurrent says where it is looked for).
 """
 
@@ -35,11 +43,24 @@ log = logging.getLogger("export_tools")
 OP = "pt2rt::depthwise_conv2d"
 ACT_OP = "pt2rt::depthwise_conv2d_act"
 POINTWISE_OP = "pt2rt::pointwise_conv2d"
+WINOGRAD_OP = "pt2rt::winograd_conv2d"
 # Inputs past this many bytes (at the example's sizes where a dim is dynamic) stay oneDNN's: on large images the
 # kernel is memory-bound and oneDNN moves less (EfficientNet-B0 at batch 8, one thread, AMD EPYC: its 96 x 112 x 112
 # stride-2 convolution, 38 MB, 1.8-2.0x oneDNN's time; 6-13 MB ones 0.75-1.1x, every one at batch 1 0.6-1.0x), and
 # there oneDNN's set-up is a small part of the call.
 MAX_INPUT_BYTES = 8 << 20
+# Where Winograd wins over oneDNN's packed direct convolution (AMD EPYC Zen 3, AVX2, docs/performance.md): from
+# 32 channels in and out (16 -> 16 on 112 x 112: 1.6x oneDNN's time, 32 -> 64 on 56 x 56: 0.77x); up to 256 x 256
+# channels (its weights are 16/9 + 1 of the convolution's: the package's size) and from a 6 x 6 output (256 x 256 on
+# 2 x 2: 1.5x; 512 x 512 on 7 x 7: 0.75x)
+WINOGRAD_MIN_CHANNELS = 32
+WINOGRAD_MAX_PRODUCT = 256 * 256
+WINOGRAD_MIN_OUTPUTS = 36
+# What the transformed weights may add to the package at most (16 x C_in x C_out floats each, the taps replacing the
+# convolution's weight): this part of the model's weights plus this many bytes, so that a package stays within 1.5x
+# its weights plus 10 MB; past it the convolutions that gain the most per byte go first (most outputs per weight)
+WINOGRAD_EXTRA_FRACTION = 0.45
+WINOGRAD_EXTRA_BYTES = 8 << 20
 # columns the pointwise kernel's weight rows are padded to (runtime/kernels/pointwise.h's kPointwiseColumnAlign)
 COLUMN_ALIGN = 16
 
@@ -67,10 +88,11 @@ def _pair(v) -> list[int] | None:
     return v if len(v) == 2 and all(isinstance(i, int) for i in v) else None
 
 
-def _example_numel(t: torch.Tensor) -> int:
-    """t's elements at the example's sizes (a dynamic dim's hint; one without a hint counts as past any limit)."""
+def _example_numel(t: torch.Tensor | torch.Size) -> int:
+    """t's elements (or a shape's) at the example's sizes (a dynamic dim's hint; one without a hint counts as past
+    any limit)."""
     n = 1
-    for d in t.shape:
+    for d in (t if isinstance(t, torch.Size) else t.shape):
         hint = d if isinstance(d, int) else getattr(getattr(d, "node", None), "hint", None)
         if hint is None:
             return 1 << 62
@@ -124,6 +146,24 @@ def _pointwise(node: torch.fx.Node) -> bool:
     return (xv.dim() == 4 and wv.dim() == 4 and groups == 1 and _pair(stride) == [1, 1] and _pair(padding) == [0, 0]
             and all(isinstance(d, int) for d in wv.shape) and tuple(wv.shape[2:]) == (1, 1)
             and xv.shape[1] == wv.shape[1] and wv.shape[0] > 0)
+
+
+def _winograd(node: torch.fx.Node) -> bool:
+    args = _conv_args(node)
+    if args is None:
+        return False
+    x, w, b, stride, padding, dilation, groups = args
+    if x is None or w is None or not _float_cpu(x, w, b) or not isinstance(node.meta.get("val"), torch.Tensor):
+        return False
+    xv, wv, yv = x.meta["val"], w.meta["val"], node.meta["val"]
+    if xv.dim() != 4 or wv.dim() != 4 or groups != 1 or _pair(stride) != [1, 1] or _pair(dilation) != [1, 1]:
+        return False
+    pad = _pair(padding)
+    if pad is None or min(pad) < 0 or not all(isinstance(d, int) for d in wv.shape) or tuple(wv.shape[2:]) != (3, 3):
+        return False
+    cout, cin = wv.shape[:2]
+    return (xv.shape[1] == cin and min(cin, cout) >= WINOGRAD_MIN_CHANNELS and cin * cout <= WINOGRAD_MAX_PRODUCT
+            and _example_numel(yv.shape[2:]) >= WINOGRAD_MIN_OUTPUTS)
 
 
 # activations the pointwise kernel applies: target -> its name there (hardtanh: only as ReLU6, checked below)
@@ -211,6 +251,44 @@ def _rewrite_pointwise(graph: torch.fx.Graph, conv: torch.fx.Node) -> None:
     _replace_chain(graph, call, conv, bn, act)
 
 
+def _winograd_rows(graph: torch.fx.Graph, w: torch.fx.Node, dim: int) -> torch.fx.Node:
+    """G g along dim (3 taps -> 4), G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1]."""
+    call_fn = graph.call_function
+    g0, g1, g2 = (call_fn(aten.select.int, (w, dim, i)) for i in range(3))
+    outer = call_fn(aten.add.Tensor, (g0, g2))
+    rows = [g0, call_fn(aten.mul.Tensor, (call_fn(aten.add.Tensor, (outer, g1)), 0.5)),
+            call_fn(aten.mul.Tensor, (call_fn(aten.sub.Tensor, (outer, g1)), 0.5)), g2]
+    return call_fn(aten.stack.default, (rows, dim))
+
+
+def _rewrite_winograd(graph: torch.fx.Graph, conv: torch.fx.Node) -> None:
+    """conv and the batch norm and activation that follow it alone as one pt2rt::winograd_conv2d: its weight as
+    G g G^T of each channel pair's taps ([16, C_in, C_out] padded to whole vectors), and the taps [3, 3, C_in, C_out]."""
+    x, w, b, _stride, padding, *_ = _conv_args(conv)
+    bn, act, name = _pointwise_chain(conv)
+    cout, cin = w.meta["val"].shape[:2]
+    ldw = -(-cout // COLUMN_ALIGN) * COLUMN_ALIGN
+    call_fn = graph.call_function
+    last = act if act is not None else bn if bn is not None else conv
+    with graph.inserting_before(last):
+        weight = w
+        if bn is not None:
+            weight, b = _fold_batch_norm(graph, bn, weight, b, [cout, 1, 1, 1])
+        wide = call_fn(aten._to_copy.default, (weight,), {"dtype": torch.float64})
+        wide = _winograd_rows(graph, _winograd_rows(graph, wide, 2), 3)  # [C_out, C_in, 4, 4]
+        wide = call_fn(aten.permute.default, (wide, [2, 3, 1, 0]))
+        wide = call_fn(aten._to_copy.default, (wide,), {"dtype": torch.float32})
+        transformed = call_fn(aten.reshape.default, (wide, [16, cin, cout]))
+        taps = call_fn(aten.permute.default, (weight, [2, 3, 1, 0]))
+        if ldw != cout:
+            transformed = call_fn(aten.constant_pad_nd.default, (transformed, [0, ldw - cout], 0.0))
+            taps = call_fn(aten.constant_pad_nd.default, (taps, [0, ldw - cout], 0.0))
+        transformed = call_fn(aten.clone.default, (transformed,), {"memory_format": torch.contiguous_format})
+        taps = call_fn(aten.clone.default, (taps,), {"memory_format": torch.contiguous_format})
+        call = call_fn(torch.ops.pt2rt.winograd_conv2d.default, (x, transformed, taps, b, cout, _pair(padding), name))
+    _replace_chain(graph, call, conv, bn, act)
+
+
 def _rewrite_depthwise(graph: torch.fx.Graph, conv: torch.fx.Node) -> None:
     """conv and the batch norm and activation that follow it alone as one call: pt2rt::depthwise_conv2d_act (the
     batch norm folded into the taps and the bias, the activation applied to each row the kernel finishes, while it
@@ -235,21 +313,43 @@ def _rewrite_depthwise(graph: torch.fx.Graph, conv: torch.fx.Node) -> None:
     _replace_chain(graph, call, conv, bn, act)
 
 
+def _winograd_extra_bytes(conv: torch.fx.Node) -> int:
+    cout, cin = _conv_args(conv)[1].meta["val"].shape[:2]
+    return 16 * cin * (-(-cout // COLUMN_ALIGN) * COLUMN_ALIGN) * 4
+
+
+def _within_budget(ep: torch.export.ExportedProgram, convs: list[torch.fx.Node]) -> list[torch.fx.Node]:
+    """The convolutions of `convs` whose transformed weights fit WINOGRAD_EXTRA_* (those with the most outputs per
+    weight first), in graph order."""
+    weights = sum(t.numel() * t.element_size() for t in (*ep.state_dict.values(), *ep.constants.values())
+                  if isinstance(t, torch.Tensor))
+    left = WINOGRAD_EXTRA_FRACTION * weights + WINOGRAD_EXTRA_BYTES
+    chosen = set()
+    for conv in sorted(convs, key=lambda n: _winograd_extra_bytes(n) / _example_numel(n.meta["val"].shape[2:])):
+        if _winograd_extra_bytes(conv) <= left:
+            left -= _winograd_extra_bytes(conv)
+            chosen.add(conv)
+    return [n for n in convs if n in chosen]
+
+
 def fuse(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
-    """Rewrites ep's depthwise and pointwise convolutions (in place) as described above; returns ep."""
+    """Rewrites ep's depthwise, pointwise and 3x3 convolutions (in place) as described above; returns ep."""
     calls = [n for n in ep.graph.nodes if _depthwise(n)]
     pointwise = [n for n in ep.graph.nodes if _pointwise(n)]
-    if not calls and not pointwise:
+    winograd = _within_budget(ep, [n for n in ep.graph.nodes if _winograd(n)])
+    if not calls and not pointwise and not winograd:
         return ep
     if not recurrent.load_kernels() or not register():
-        log.warning("%s not found: the model's %d depthwise and %d pointwise convolution(s) stay ATen's",
-                    recurrent.LIBRARY_NAME, len(calls), len(pointwise))
+        log.warning("%s not found: the model's %d depthwise, %d pointwise and %d 3x3 convolution(s) stay ATen's",
+                    recurrent.LIBRARY_NAME, len(calls), len(pointwise), len(winograd))
         return ep
-    log.info("%d depthwise and %d pointwise convolution(s) as pt2rt kernels: the package needs %s beside the "
-             "runtime", len(calls), len(pointwise), recurrent.LIBRARY_NAME)
+    log.info("%d depthwise, %d pointwise and %d 3x3 convolution(s) as pt2rt kernels: the package needs %s beside "
+             "the runtime", len(calls), len(pointwise), len(winograd), recurrent.LIBRARY_NAME)
     graph = ep.graph
     for node in pointwise:
         _rewrite_pointwise(graph, node)
+    for node in winograd:
+        _rewrite_winograd(graph, node)
     for node in calls:
         _rewrite_depthwise(graph, node)
     graph.eliminate_dead_code()
@@ -268,7 +368,7 @@ def register() -> bool:
     if _registered:
         return True
     try:
-        for op in (OP, ACT_OP, POINTWISE_OP):
+        for op in (OP, ACT_OP, POINTWISE_OP, WINOGRAD_OP):
             torch._C._get_schema(op, "")
     except RuntimeError:
         return False
@@ -303,5 +403,14 @@ def register() -> bool:
         return x.new_empty_strided((n, out_channels, h, w), (h * w * out_channels, 1, w * out_channels, out_channels))
 
     lowering.make_fallback(torch.ops.pt2rt.pointwise_conv2d.default, layout_constraint=channels_last_input, warn=False)
+
+    @torch.library.register_fake(WINOGRAD_OP)
+    def _winograd_conv2d(x, weight, taps, bias, out_channels, padding, activation):
+        n, _c, h, w = x.shape
+        oh, ow = h + 2 * padding[0] - 2, w + 2 * padding[1] - 2
+        return x.new_empty_strided((n, out_channels, oh, ow), (oh * ow * out_channels, 1, ow * out_channels,
+                                                               out_channels))
+
+    lowering.make_fallback(torch.ops.pt2rt.winograd_conv2d.default, layout_constraint=channels_last_input, warn=False)
     _registered = True
     return True

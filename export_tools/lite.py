@@ -44,10 +44,10 @@ SHIM_FUNCTIONS = frozenset({
     "aoti_torch_cpu_addmm_out", "aoti_torch_cpu_mm_out", "aoti_torch_cpu_bmm_out", "aoti_torch_cpu_convolution",
     "aoti_torch_cpu__scaled_dot_product_flash_attention_for_cpu",
     "aoti_torch_cpu_rnn_layer", "aoti_torch_cpu_lstm_layer", "aoti_torch_cpu_depthwise_conv2d",
-    "aoti_torch_cpu_depthwise_conv2d_act", "aoti_torch_cpu_pointwise_conv2d",
+    "aoti_torch_cpu_depthwise_conv2d_act", "aoti_torch_cpu_pointwise_conv2d", "aoti_torch_cpu_winograd_conv2d",
 })
 # Custom ops the lite runtime runs itself (the recurrent layers export_tools.recurrent makes, runtime/lite/rnn.cpp;
-# the depthwise and pointwise convolutions of export_tools.convolutions, runtime/lite/ops.cpp),
+# the depthwise, pointwise and Winograd convolutions of export_tools.convolutions, runtime/lite/ops.cpp),
 # called by the C function inductor is told to call in their place (aot_inductor.custom_ops_to_c_shims)
 BUILTIN_OPS = {
     "pt2rt::rnn_layer": "AOTITorchError aoti_torch_cpu_rnn_layer(AtenTensorHandle gi, AtenTensorHandle h0, "
@@ -70,6 +70,10 @@ BUILTIN_OPS = {
     "pt2rt::pointwise_conv2d": "AOTITorchError aoti_torch_cpu_pointwise_conv2d(AtenTensorHandle x, "
                                "AtenTensorHandle weight, AtenTensorHandle* bias, int64_t out_channels, "
                                "const char* activation, AtenTensorHandle* ret0)",
+    "pt2rt::winograd_conv2d": "AOTITorchError aoti_torch_cpu_winograd_conv2d(AtenTensorHandle x, "
+                              "AtenTensorHandle weight, AtenTensorHandle taps, AtenTensorHandle* bias, "
+                              "int64_t out_channels, const int64_t* padding, int64_t padding_len_, "
+                              "const char* activation, AtenTensorHandle* ret0)",
 }
 # What a lite library may need besides the shim (DT_NEEDED); the lite bundle ships Sleef.
 LIBRARIES = ("libgomp.so.1", "libsleef.so.3", "libstdc++.so.6", "libm.so.6", "libgcc_s.so.1", "libc.so.6",

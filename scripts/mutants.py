@@ -379,6 +379,19 @@ mutant("export: a depthwise convolution's activation left out of its call", "exp
 mutant("kernels: a depthwise row's activation leaves out the row's last partial vector", "runtime/kernels/pointwise_impl.h",
        "    pw_store_part(p + i, v[0][0], n - i);", "",
        pytest("tests/python/test_depthwise.py", "-k", "activation_after_the_sum"))
+mutant("kernels: Winograd tiles with an inf or NaN output are not computed again directly",
+       "runtime/kernels/winograd_impl.h", "    if (probe != probe) wg_direct_tile(a, tile, act);", "",
+       pytest("tests/python/test_winograd.py", "-k", "non_finite and not isa"))
+mutant("kernels: Winograd's output transform adds the last row's products", "runtime/kernels/winograd_impl.h",
+       "    y[1][l] = s[1][l] - s[2][l] - s[3][l];", "    y[1][l] = s[1][l] - s[2][l] + s[3][l];",
+       pytest("tests/python/test_winograd.py", "-k", "within_rounding and not isa"))
+mutant("export: a 3x3 convolution's batch norm left out of its Winograd weight", "export_tools/convolutions.py",
+       "            weight, b = _fold_batch_norm(graph, bn, weight, b, [cout, 1, 1, 1])",
+       "            _, b = _fold_batch_norm(graph, bn, weight, b, [cout, 1, 1, 1])",
+       pytest("tests/python/test_winograd.py", "-k", "rewritten_graph"))
+mutant("export: Winograd's transformed weights past the package budget", "export_tools/convolutions.py",
+       "        if _winograd_extra_bytes(conv) <= left:", "        if True:",
+       pytest("tests/python/test_winograd.py", "-k", "budget"))
 mutant("kernels: MKL's recurrent product without b_hh", "runtime/kernels/rnn.cpp",
        "std::memcpy(self.bias[group].get() + k * n, self.bhh + k * self.H + u0, sizeof(float) * n);",
        "std::memset(self.bias[group].get() + k * n, 0, sizeof(float) * n);",

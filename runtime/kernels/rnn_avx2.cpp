@@ -1,18 +1,22 @@
-// The recurrence, the depthwise rows and the pointwise kernel compiled for AVX2 + FMA
+// The recurrence, the depthwise rows, the pointwise kernel and the Winograd convolution compiled for AVX2 + FMA
 // (CMake adds the flags to this file only).
 #include "depthwise.h"
 #include "pointwise.h"
 #include "rnn_kernel.h"
+#include "winograd.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include "rnn_impl.h"
 #include "depthwise_impl.h"
 #include "pointwise_impl.h"
+#include "winograd_impl.h"
 pt2rt::kernels::RnnStepsFn pt2rt::kernels::rnn_steps_avx2() { return &rnn_steps; }
 pt2rt::kernels::DepthwiseRowKernel pt2rt::kernels::depthwise_row_avx2() { return &depthwise_row; }
 pt2rt::kernels::PointwiseKernel pt2rt::kernels::pointwise_avx2() { return &pointwise; }
+pt2rt::kernels::WinogradTilesKernel pt2rt::kernels::winograd_avx2() { return &winograd_tiles; }
 #else
 pt2rt::kernels::RnnStepsFn pt2rt::kernels::rnn_steps_avx2() { return nullptr; }
 pt2rt::kernels::DepthwiseRowKernel pt2rt::kernels::depthwise_row_avx2() { return nullptr; }
 pt2rt::kernels::PointwiseKernel pt2rt::kernels::pointwise_avx2() { return nullptr; }
+pt2rt::kernels::WinogradTilesKernel pt2rt::kernels::winograd_avx2() { return nullptr; }
 #endif

@@ -7,6 +7,7 @@
 
 #include "../kernels/depthwise.h"
 #include "../kernels/pointwise.h"
+#include "../kernels/winograd.h"
 
 namespace pt2rt::lite {
 
@@ -23,6 +24,9 @@ using pt2rt::kernels::DepthwiseRowKernel;
 // pointwise: runtime/kernels/pointwise.h
 using pt2rt::kernels::PointwiseKernel;
 using pt2rt::kernels::PointwiseRows;
+// winograd: runtime/kernels/winograd.h
+using pt2rt::kernels::WinogradConv;
+using pt2rt::kernels::WinogradTilesKernel;
 
 // The softmax of row p scaled and masked, in place: p[j] = exp(s[j] - max) / sum for j < valid, with
 // s[j] = p[j] * scale + (mask ? mask[j] : 0), and 0 from valid to n (a causal row's future). Returns the row's
@@ -35,6 +39,7 @@ struct KernelSet {
   MicroKernel micro;
   DepthwiseRowKernel depthwise_row;
   PointwiseKernel pointwise;
+  WinogradTilesKernel winograd;
   SoftmaxRowKernel softmax_row;
 };
 

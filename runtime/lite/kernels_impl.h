@@ -124,6 +124,7 @@ void micro(int64_t segments, int64_t len, const float* const* a, const float* b,
 
 #include "../kernels/depthwise_impl.h"
 #include "../kernels/pointwise_impl.h"
+#include "../kernels/winograd_impl.h"
 
 namespace {
 
@@ -173,7 +174,8 @@ float softmax_row(float* p, int64_t n, int64_t valid, float scale, const float* 
 }
 
 pt2rt::lite::KernelSet kernel_set(const char* name) {
-  return pt2rt::lite::KernelSet{name, MR, NR, &micro, &depthwise_row, &pointwise, &softmax_row};
+  return pt2rt::lite::KernelSet{name, MR, NR, &micro, &depthwise_row, &pointwise, &winograd_tiles,
+                                &softmax_row};
 }
 
 }  // namespace

@@ -698,3 +698,72 @@ AOTITorchError pt2rt_lite_aoti_torch_cpu_pointwise_conv2d(AtenTensorHandle x, At
     *ret0 = as_handle(out.release());
   });
 }
+
+AOTITorchError pt2rt_lite_aoti_torch_cpu_winograd_conv2d(AtenTensorHandle x, AtenTensorHandle weight,
+                                                         AtenTensorHandle taps, AtenTensorHandle* bias,
+                                                         int64_t out_channels, const int64_t* padding,
+                                                         int64_t padding_len, const char* activation,
+                                                         AtenTensorHandle* ret0) {
+  return guarded("pt2rt::winograd_conv2d", [&] {
+    using pt2rt::kernels::kPointwiseColumnAlign;
+    const ShimTensor& in = *as_tensor(x);
+    const ShimTensor& wk = *as_tensor(weight);  // [16, C_in, C_out padded]
+    const ShimTensor& tk = *as_tensor(taps);    // [3, 3, C_in, C_out padded]
+    const ShimTensor* b = bias != nullptr ? as_tensor(*bias) : nullptr;
+    const int32_t act = pt2rt::kernels::pointwise_activation_code(activation != nullptr ? activation : "");
+    if (act < 0)
+      throw std::invalid_argument(std::string("unknown activation '") + (activation != nullptr ? activation : "") +
+                                  "', expected " + pt2rt::kernels::kPointwiseActivationNames);
+    require_float32(in, "x");
+    require_float32(wk, "weight");
+    require_float32(tk, "taps");
+    if (b != nullptr) require_float32(*b, "bias");
+    if (padding_len != 2 || padding[0] < 0 || padding[1] < 0)
+      throw std::invalid_argument("expected padding of two sizes >= 0");
+    if (in.dim() != 4) throw std::invalid_argument("expected x [N, C_in, H, W]");
+    const int64_t n = in.sizes[0], c = in.sizes[1], h = in.sizes[2], wd = in.sizes[3];
+    const int64_t oh = h + 2 * padding[0] - 2, ow = wd + 2 * padding[1] - 2;
+    if (oh <= 0 || ow <= 0)
+      throw std::invalid_argument("a " + std::to_string(h) + "x" + std::to_string(wd) +
+                                  " image with its padding is smaller than the 3x3 kernel");
+    const int64_t ldw = wk.dim() == 3 ? wk.sizes[2] : -1;
+    if (wk.dim() != 3 || wk.sizes[0] != 16 || wk.sizes[1] != c || out_channels <= 0 || ldw < out_channels ||
+        ldw % kPointwiseColumnAlign != 0 || wk.strides[2] != 1 || wk.strides[1] != ldw || wk.strides[0] != c * ldw ||
+        tk.dim() != 4 || tk.sizes != std::vector<int64_t>{3, 3, c, ldw} ||
+        tk.strides != std::vector<int64_t>{3 * c * ldw, c * ldw, ldw, 1} ||
+        (b != nullptr && (b->dim() != 1 || b->sizes[0] != out_channels)))
+      throw std::invalid_argument("expected a dense weight [16, C_in, L], taps [3, 3, C_in, L] (L a multiple of " +
+                                  std::to_string(kPointwiseColumnAlign) + " >= C_out) and bias [C_out] for " +
+                                  std::to_string(c) + " channels in and " + std::to_string(out_channels) + " out");
+    std::unique_ptr<ShimTensor> cl;  // channels-last in, as libpt2rt_kernels' op takes it
+    if (!is_channels_last_2d(in) || in.strides[1] != 1) {
+      cl = empty_strided(in.sizes, {h * wd * c, 1, wd * c, c}, kFloat32);
+      copy_strided(*cl, in);
+    }
+    std::vector<float> bv;
+    if (b != nullptr) {
+      const float* bp = static_cast<const float*>(b->data());
+      for (int64_t j = 0; j < out_channels; ++j) bv.push_back(bp[j * b->strides[0]]);
+    }
+    auto out = empty_strided({n, out_channels, oh, ow}, {oh * ow * out_channels, 1, ow * out_channels, out_channels},
+                             kFloat32);
+    const WinogradConv conv{static_cast<const float*>((cl ? *cl : in).data()), n, h, wd, c,
+                            static_cast<const float*>(wk.data()), static_cast<const float*>(tk.data()), ldw,
+                            b != nullptr ? bv.data() : nullptr, static_cast<float*>(out->data()), oh, ow,
+                            out_channels, padding[0], padding[1], act};
+    const int64_t tiles = pt2rt::kernels::winograd_tile_count(conv);
+    const int64_t threads = tiles * 16 * c * out_channels >= kParallelWork ? omp_get_max_threads() : 1;
+    const int64_t per_call = pt2rt::kernels::winograd_tiles_per_call(tiles, threads);
+    const int64_t calls = (tiles + per_call - 1) / per_call;
+    const WinogradTilesKernel kernel = kernels().winograd;
+    // each output the same in any call, at any thread count
+#pragma omp parallel if (calls > 1 && threads > 1)
+    {
+      std::vector<float> scratch(static_cast<size_t>(pt2rt::kernels::winograd_scratch_floats(conv, per_call)));
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < calls; ++i)
+        kernel(conv, i * per_call, std::min(tiles, (i + 1) * per_call), scratch.data());
+    }
+    *ret0 = as_handle(out.release());
+  });
+}

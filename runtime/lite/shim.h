@@ -128,6 +128,10 @@ PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_cpu_pointwise_conv2d(AtenTe
                                                                           AtenTensorHandle* bias, int64_t out_channels,
                                                                           const char* activation,
                                                                           AtenTensorHandle* ret0);
+// pt2rt::winograd_conv2d (export_tools.convolutions; ops.cpp): channels-last out
+PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_cpu_winograd_conv2d(
+    AtenTensorHandle x, AtenTensorHandle weight, AtenTensorHandle taps, AtenTensorHandle* bias, int64_t out_channels,
+    const int64_t* padding, int64_t padding_len, const char* activation, AtenTensorHandle* ret0);
 
 // Every shim function by name (what export_tools.lite.SHIM_FUNCTIONS lists): runtime.cpp keeps them all in a static
 // link, where nothing else in the program calls them but the model library does, by name.
@@ -180,4 +184,5 @@ PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_cpu_pointwise_conv2d(AtenTe
   X(aoti_torch_cpu_lstm_layer) \
   X(aoti_torch_cpu_depthwise_conv2d) \
   X(aoti_torch_cpu_depthwise_conv2d_act) \
-  X(aoti_torch_cpu_pointwise_conv2d)
+  X(aoti_torch_cpu_pointwise_conv2d) \
+  X(aoti_torch_cpu_winograd_conv2d)

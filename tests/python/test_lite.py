@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 class Tagger(torch.nn.Module):
     """Convolutions of every kind lite's shim runs (dense, strided, grouped, depthwise, pointwise with its batch norm
-    and activation, 1-d; channels-last and contiguous), products (linear, batched), attention (causal, and with a mask), and what inductor generates itself
-    (norms, GELU's erf from Sleef, softmax)."""
+    and activation, 3x3 by Winograd's, 1-d; channels-last and contiguous), products (linear, batched), attention
+    (causal, and with a mask), and what inductor generates itself (norms, GELU's erf from Sleef, softmax)."""
 
     def __init__(self):
         super().__init__()
@@ -31,6 +31,9 @@ class Tagger(torch.nn.Module):
         self.squeeze = torch.nn.Conv2d(20, 16, 1, bias=False)
         self.depthwise = torch.nn.Conv2d(16, 16, 3, padding=2, dilation=2, groups=16)
         self.dense = torch.nn.Conv2d(16, 16, 3, padding=1)  # channels-last, 16 channels: read in place
+        self.widen = torch.nn.Conv2d(16, 40, 1)
+        self.winograd = torch.nn.Conv2d(40, 36, 3, padding=1)  # pt2rt's Winograd kernel; 36 out: a partial vector
+        self.narrow = torch.nn.Conv2d(36, 16, 1, bias=False)
         # padding wider than the dilated kernel: the outer outputs see no input at all (bias alone)
         self.wide = torch.nn.Conv2d(16, 16, 3, padding=5, dilation=2, groups=16)
         self.grouped = torch.nn.Conv2d(16, 24, 3, groups=4, bias=False)
@@ -44,6 +47,7 @@ class Tagger(torch.nn.Module):
         y = self.squeeze(y)
         y = torch.nn.functional.gelu(self.depthwise(y)) + y
         y = torch.relu(self.dense(y.contiguous(memory_format=torch.channels_last))) + y
+        y = self.narrow(torch.relu(self.winograd(self.widen(y)))) + y
         y = y + 0.01 * torch.nn.functional.silu(self.wide(y)).sum((2, 3), keepdim=True)  # silu: the kernel's
         y = self.grouped(y).flatten(2)                       # [n, 24, h*w]
         y = self.conv1d(y).transpose(1, 2)                   # [n, h*w, 64]
@@ -110,7 +114,7 @@ def test_lite_library_needs_no_libtorch(package):
     assert set(variant["shim"]) <= lite.SHIM_FUNCTIONS
     assert {"aoti_torch_cpu_convolution", "aoti_torch_cpu__scaled_dot_product_flash_attention_for_cpu",
             "aoti_torch_cpu_addmm_out", "aoti_torch_cpu_pointwise_conv2d", "aoti_torch_cpu_depthwise_conv2d",
-            "aoti_torch_cpu_depthwise_conv2d_act"} <= set(variant["shim"])
+            "aoti_torch_cpu_depthwise_conv2d_act", "aoti_torch_cpu_winograd_conv2d"} <= set(variant["shim"])
     assert not [n for n in variant["needed"] if re.search(r"torch|c10|python", n)]
     # the full variants are as they were: the package still runs in the full runtime
     assert [v["isa"] for v in spec["variants"]] == ["native"]
