@@ -22,8 +22,9 @@ A 3x3 convolution (stride 1, no dilation, one group) of WINOGRAD_MIN_CHANNELS or
 WINOGRAD_MAX_PRODUCT channel pairs and an output of WINOGRAD_MIN_OUTPUTS positions or more, takes what follows it alone
 the same way and becomes `pt2rt::winograd_conv2d`: Winograd's F(2x2, 3x3), 16 multiply-adds per input channel for
 each 2x2 outputs where oneDNN's direct convolution does 36 (runtime/kernels/winograd.h). Its weight is transformed
-here (in float64, then rounded), and the taps are kept beside it for the tiles it computes directly (inf or NaN in
-their inputs: they reach the outputs they reach in eager). Outputs differ from eager's by rounding only (within
+here (in float64, then rounded; only where the weights are folded into constants, optimize="fold"), and the taps are
+kept beside it for the tiles it computes directly (inf or NaN in their inputs: they reach the outputs they reach in
+eager). Outputs differ from eager's by rounding only (within
 ~5e-7 of the output's largest value on ResNet-like layers, less than oneDNN's own); the weights take 16/9 + 1 of
 their size, hence the bound on channel pairs.
 Without the kernels library the convolutions stay ATen's (export_tools.recurrent says where it is looked for).
@@ -315,8 +316,10 @@ def _rewrite_depthwise(graph: torch.fx.Graph, conv: torch.fx.Node) -> None:
 
 
 def _winograd_extra_bytes(conv: torch.fx.Node) -> int:
+    """The transformed weight, and the taps' padding to whole vectors."""
     cout, cin = _conv_args(conv)[1].meta["val"].shape[:2]
-    return 16 * cin * (-(-cout // COLUMN_ALIGN) * COLUMN_ALIGN) * 4
+    ldw = -(-cout // COLUMN_ALIGN) * COLUMN_ALIGN
+    return (16 * cin * ldw + 9 * cin * (ldw - cout)) * 4
 
 
 def _within_budget(ep: torch.export.ExportedProgram, convs: list[torch.fx.Node]) -> list[torch.fx.Node]:
@@ -333,11 +336,12 @@ def _within_budget(ep: torch.export.ExportedProgram, convs: list[torch.fx.Node])
     return [n for n in convs if n in chosen]
 
 
-def fuse(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
-    """Rewrites ep's depthwise, pointwise and 3x3 convolutions (in place) as described above; returns ep."""
+def fuse(ep: torch.export.ExportedProgram, winograd: bool = True) -> torch.export.ExportedProgram:
+    """Rewrites ep's depthwise, pointwise and (with `winograd`: where the weights are folded into constants, their
+    transform computed once) 3x3 convolutions in place, as described above; returns ep."""
     calls = [n for n in ep.graph.nodes if _depthwise(n)]
     pointwise = [n for n in ep.graph.nodes if _pointwise(n)]
-    winograd = _within_budget(ep, [n for n in ep.graph.nodes if _winograd(n)])
+    winograd = _within_budget(ep, [n for n in ep.graph.nodes if _winograd(n)]) if winograd else []
     if not calls and not pointwise and not winograd:
         return ep
     if not recurrent.load_kernels() or not register():

@@ -169,7 +169,8 @@ def _export_checked(model: torch.nn.Module, inputs: list[torch.Tensor], plan: _P
     with _stage("export"):
         ep = _export(model, inputs, dims)
         if device == "cpu":
-            ep = convolutions.fuse(recurrent.fuse(ep))
+            # Winograd's weights transformed once where they are folded into constants, not on every call
+            ep = convolutions.fuse(recurrent.fuse(ep), winograd=plan.optimize == "fold")
         used = _custom_calls(ep)
         lite_ops = _lite.refuse_unrunnable(used, ep) if plan.lite else {}
         spec = _spec(ep, path, device, dims, used, plan.metadata, len(expected))

@@ -4,9 +4,10 @@
 // channel for 4 outputs instead of 36 - then the bias and the activation (pointwise.h's codes). Pure float code
 // without torch headers, compiled once per ISA and chosen at run time.
 //
-// Where a tile's outputs are not all finite (an inf or NaN in their inputs, or sums past float's range), they are
-// computed again directly from the 3x3 taps, so that inf and NaN come out exactly where and as they do in eager's
-// direct convolution (through the transforms an inf comes out NaN).
+// Where a tile's outputs are not all finite (an inf or NaN in their inputs, or sums past float's range in the
+// transforms), they are computed again directly from the 3x3 taps, so that an inf or NaN input comes out exactly where
+// and as it does in eager's direct convolution (through the transforms an inf comes out NaN). Finite inputs whose
+// sums pass float's range may still differ from eager's, as any two orders of summation do there.
 #pragma once
 
 #include <cstdint>

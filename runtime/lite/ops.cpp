@@ -644,6 +644,20 @@ AOTITorchError pt2rt_lite_aoti_torch_cpu_depthwise_conv2d_act(AtenTensorHandle x
   });
 }
 
+namespace {
+
+// t [N, C, H, W] holds its pixels' channels one after another with nothing between (a view of some of an image's
+// channels does not: the kernels would read the others); a dim of size 1 may have any stride
+bool dense_channels_last(const ShimTensor& t) {
+  const int64_t c = t.sizes[1], h = t.sizes[2], w = t.sizes[3];
+  const int64_t dense[4] = {h * w * c, 1, w * c, c};
+  for (int d = 0; d < 4; ++d)
+    if (t.sizes[d] > 1 && t.strides[d] != dense[d]) return false;
+  return true;
+}
+
+}  // namespace
+
 AOTITorchError pt2rt_lite_aoti_torch_cpu_pointwise_conv2d(AtenTensorHandle x, AtenTensorHandle weight,
                                                           AtenTensorHandle* bias, int64_t out_channels,
                                                           const char* activation, AtenTensorHandle* ret0) {
@@ -666,8 +680,8 @@ AOTITorchError pt2rt_lite_aoti_torch_cpu_pointwise_conv2d(AtenTensorHandle x, At
                                   std::to_string(kPointwiseColumnAlign) + "] and bias [C_out] for " +
                                   std::to_string(out_channels) + " channels out");
     const int64_t n = in.sizes[0], c = in.sizes[1], h = in.sizes[2], wd = in.sizes[3];
-    std::unique_ptr<ShimTensor> cl;  // channels-last in, as libpt2rt_kernels' op takes it
-    if (!is_channels_last_2d(in)) {
+    std::unique_ptr<ShimTensor> cl;  // dense channels-last in, as libpt2rt_kernels' op takes it
+    if (!dense_channels_last(in)) {
       cl = empty_strided(in.sizes, {h * wd * c, 1, wd * c, c}, kFloat32);
       copy_strided(*cl, in);
     }
@@ -735,8 +749,8 @@ AOTITorchError pt2rt_lite_aoti_torch_cpu_winograd_conv2d(AtenTensorHandle x, Ate
       throw std::invalid_argument("expected a dense weight [16, C_in, L], taps [3, 3, C_in, L] (L a multiple of " +
                                   std::to_string(kPointwiseColumnAlign) + " >= C_out) and bias [C_out] for " +
                                   std::to_string(c) + " channels in and " + std::to_string(out_channels) + " out");
-    std::unique_ptr<ShimTensor> cl;  // channels-last in, as libpt2rt_kernels' op takes it
-    if (!is_channels_last_2d(in) || in.strides[1] != 1) {
+    std::unique_ptr<ShimTensor> cl;  // dense channels-last in, as libpt2rt_kernels' op takes it
+    if (!dense_channels_last(in)) {
       cl = empty_strided(in.sizes, {h * wd * c, 1, wd * c, c}, kFloat32);
       copy_strided(*cl, in);
     }
@@ -756,13 +770,16 @@ AOTITorchError pt2rt_lite_aoti_torch_cpu_winograd_conv2d(AtenTensorHandle x, Ate
     const int64_t per_call = pt2rt::kernels::winograd_tiles_per_call(tiles, threads);
     const int64_t calls = (tiles + per_call - 1) / per_call;
     const WinogradTilesKernel kernel = kernels().winograd;
-    // each output the same in any call, at any thread count
-#pragma omp parallel if (calls > 1 && threads > 1)
+    // each output the same in any call, at any thread count; the scratch allocated here, where a failure is an error
+    // of the call (inside the parallel region it would end the process)
+    const int64_t team = calls > 1 ? std::min<int64_t>(threads, calls) : 1;
+    const auto per_thread = static_cast<size_t>(pt2rt::kernels::winograd_scratch_floats(conv, per_call));
+    std::vector<float> scratch(per_thread * static_cast<size_t>(team));
+#pragma omp parallel num_threads(static_cast<int>(team)) if (team > 1)
     {
-      std::vector<float> scratch(static_cast<size_t>(pt2rt::kernels::winograd_scratch_floats(conv, per_call)));
+      float* mine = scratch.data() + per_thread * static_cast<size_t>(omp_get_thread_num());
 #pragma omp for schedule(static)
-      for (int64_t i = 0; i < calls; ++i)
-        kernel(conv, i * per_call, std::min(tiles, (i + 1) * per_call), scratch.data());
+      for (int64_t i = 0; i < calls; ++i) kernel(conv, i * per_call, std::min(tiles, (i + 1) * per_call), mine);
     }
     *ret0 = as_handle(out.release());
   });

@@ -31,7 +31,7 @@ class Tagger(torch.nn.Module):
         self.squeeze = torch.nn.Conv2d(20, 16, 1, bias=False)
         self.depthwise = torch.nn.Conv2d(16, 16, 3, padding=2, dilation=2, groups=16)
         self.dense = torch.nn.Conv2d(16, 16, 3, padding=1)  # channels-last, 16 channels: read in place
-        self.widen = torch.nn.Conv2d(16, 40, 1)
+        self.widen = torch.nn.Conv2d(16, 80, 1)
         self.winograd = torch.nn.Conv2d(40, 36, 3, padding=1)  # pt2rt's Winograd kernel; 36 out: a partial vector
         self.narrow = torch.nn.Conv2d(36, 16, 1, bias=False)
         # padding wider than the dilated kernel: the outer outputs see no input at all (bias alone)
@@ -47,7 +47,8 @@ class Tagger(torch.nn.Module):
         y = self.squeeze(y)
         y = torch.nn.functional.gelu(self.depthwise(y)) + y
         y = torch.relu(self.dense(y.contiguous(memory_format=torch.channels_last))) + y
-        y = self.narrow(torch.relu(self.winograd(self.widen(y)))) + y
+        wide, other = self.widen(y).chunk(2, 1)  # a view of half the channels: the kernel must not read the others
+        y = self.narrow(torch.relu(self.winograd(wide))) + y + other[:, :16]
         y = y + 0.01 * torch.nn.functional.silu(self.wide(y)).sum((2, 3), keepdim=True)  # silu: the kernel's
         y = self.grouped(y).flatten(2)                       # [n, 24, h*w]
         y = self.conv1d(y).transpose(1, 2)                   # [n, h*w, 64]

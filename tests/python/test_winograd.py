@@ -179,6 +179,14 @@ def test_the_rewritten_graph_gives_the_eager_answer_and_leaves_the_others_to_tor
         torch.testing.assert_close(ep.module()(x[:1]), model(x[:1]), rtol=1e-5, atol=1e-4)
 
 
+def test_without_folded_weights_the_3x3_convolutions_stay_torchs():
+    """optimize="none" keeps the weights as parameters: the transform would run on every call."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(32, 32, 3, padding=1), torch.nn.ReLU()).eval()
+    ep = convolutions.fuse(torch.export.export(model, (torch.randn(1, 32, 8, 8),), strict=False), winograd=False)
+    assert not any(n.target is torch.ops.pt2rt.winograd_conv2d.default for n in calls(ep))
+    assert sum(str(n.target) == "aten.conv2d.default" for n in calls(ep)) == 1
+
+
 def test_the_transformed_weights_stay_within_the_package_budget():
     """Each takes 16/9 of its convolution's weight more: past WINOGRAD_EXTRA_* the convolutions with the most outputs
     per weight byte go first, the rest stay oneDNN's."""
