@@ -646,14 +646,30 @@ AOTITorchError pt2rt_lite_aoti_torch_cpu_depthwise_conv2d_act(AtenTensorHandle x
 
 namespace {
 
-// t [N, C, H, W] holds its pixels' channels one after another with nothing between (a view of some of an image's
-// channels does not: the kernels would read the others); a dim of size 1 may have any stride
-bool dense_channels_last(const ShimTensor& t) {
-  const int64_t c = t.sizes[1], h = t.sizes[2], w = t.sizes[3];
-  const int64_t dense[4] = {h * w * c, 1, w * c, c};
-  for (int d = 0; d < 4; ++d)
-    if (t.sizes[d] > 1 && t.strides[d] != dense[d]) return false;
-  return true;
+// in [N, C, H, W] as the pointwise and Winograd kernels read it, its pixels' channels one after another with nothing
+// between: in itself where it is so (a dim of size 1 may have any stride), else a copy made in `copy` (a view of some
+// of an image's channels is not: the kernels would read the others)
+const ShimTensor& dense_channels_last(const ShimTensor& in, std::unique_ptr<ShimTensor>& copy) {
+  const int64_t c = in.sizes[1], h = in.sizes[2], w = in.sizes[3];
+  const std::vector<int64_t> dense{h * w * c, 1, w * c, c};
+  for (int d = 0; d < 4; ++d) {
+    if (in.sizes[d] > 1 && in.strides[d] != dense[d]) {
+      copy = empty_strided(in.sizes, dense, kFloat32);
+      copy_strided(*copy, in);
+      return *copy;
+    }
+  }
+  return in;
+}
+
+// a bias [n] of any stride as n contiguous floats (none for none)
+std::vector<float> bias_values(const ShimTensor* b, int64_t n) {
+  std::vector<float> values;
+  if (b != nullptr) {
+    const float* p = static_cast<const float*>(b->data());
+    for (int64_t j = 0; j < n; ++j) values.push_back(p[j * b->strides[0]]);
+  }
+  return values;
 }
 
 }  // namespace
@@ -680,20 +696,13 @@ AOTITorchError pt2rt_lite_aoti_torch_cpu_pointwise_conv2d(AtenTensorHandle x, At
                                   std::to_string(kPointwiseColumnAlign) + "] and bias [C_out] for " +
                                   std::to_string(out_channels) + " channels out");
     const int64_t n = in.sizes[0], c = in.sizes[1], h = in.sizes[2], wd = in.sizes[3];
-    std::unique_ptr<ShimTensor> cl;  // dense channels-last in, as libpt2rt_kernels' op takes it
-    if (!dense_channels_last(in)) {
-      cl = empty_strided(in.sizes, {h * wd * c, 1, wd * c, c}, kFloat32);
-      copy_strided(*cl, in);
-    }
-    std::vector<float> bv;
-    if (b != nullptr) {
-      const float* bp = static_cast<const float*>(b->data());
-      for (int64_t j = 0; j < out_channels; ++j) bv.push_back(bp[j * b->strides[0]]);
-    }
+    std::unique_ptr<ShimTensor> copy;
+    const ShimTensor& x_in = dense_channels_last(in, copy);
+    const std::vector<float> bv = bias_values(b, out_channels);
     auto out = empty_strided({n, out_channels, h, wd}, {h * wd * out_channels, 1, wd * out_channels, out_channels},
                              kFloat32);
     const int64_t rows = n * h * wd;
-    const PointwiseRows whole{static_cast<const float*>((cl ? *cl : in).data()), c, c,
+    const PointwiseRows whole{static_cast<const float*>(x_in.data()), c, c,
                               static_cast<const float*>(wk.data()), wk.sizes[1], b != nullptr ? bv.data() : nullptr,
                               static_cast<float*>(out->data()), out_channels, rows, out_channels, act};
     const PointwiseKernel kernel = kernels().pointwise;
@@ -749,19 +758,12 @@ AOTITorchError pt2rt_lite_aoti_torch_cpu_winograd_conv2d(AtenTensorHandle x, Ate
       throw std::invalid_argument("expected a dense weight [16, C_in, L], taps [3, 3, C_in, L] (L a multiple of " +
                                   std::to_string(kPointwiseColumnAlign) + " >= C_out) and bias [C_out] for " +
                                   std::to_string(c) + " channels in and " + std::to_string(out_channels) + " out");
-    std::unique_ptr<ShimTensor> cl;  // dense channels-last in, as libpt2rt_kernels' op takes it
-    if (!dense_channels_last(in)) {
-      cl = empty_strided(in.sizes, {h * wd * c, 1, wd * c, c}, kFloat32);
-      copy_strided(*cl, in);
-    }
-    std::vector<float> bv;
-    if (b != nullptr) {
-      const float* bp = static_cast<const float*>(b->data());
-      for (int64_t j = 0; j < out_channels; ++j) bv.push_back(bp[j * b->strides[0]]);
-    }
+    std::unique_ptr<ShimTensor> copy;
+    const ShimTensor& x_in = dense_channels_last(in, copy);
+    const std::vector<float> bv = bias_values(b, out_channels);
     auto out = empty_strided({n, out_channels, oh, ow}, {oh * ow * out_channels, 1, ow * out_channels, out_channels},
                              kFloat32);
-    const WinogradConv conv{static_cast<const float*>((cl ? *cl : in).data()), n, h, wd, c,
+    const WinogradConv conv{static_cast<const float*>(x_in.data()), n, h, wd, c,
                             static_cast<const float*>(wk.data()), static_cast<const float*>(tk.data()), ldw,
                             b != nullptr ? bv.data() : nullptr, static_cast<float*>(out->data()), oh, ow,
                             out_channels, padding[0], padding[1], act};
