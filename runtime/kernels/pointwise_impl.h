@@ -62,15 +62,15 @@ __attribute__((always_inline)) inline vf pw_clamp(vf y, const PwActivation& a) {
 
 // SiLU (times_y) or sigmoid on n vectors at p, in place: a loop of its own, where e^-y's constants stay in registers
 // (on a tile's accumulators, unrolled, they did not fit beside them: constants reloaded, accumulators spilled)
-__attribute__((noinline)) inline void pw_logistic(float* p, int n, bool times_y) {
+__attribute__((noinline)) inline void pw_logistic(float* p, int64_t n, bool times_y) {
   const vf one = splat(1.0f);
   if (times_y) {
-    for (int i = 0; i < n; ++i) {
+    for (int64_t i = 0; i < n; ++i) {
       const vf y = loadv(p + i * L);
       storev(p + i * L, y / (one + exp_v(-y)));
     }
   } else {
-    for (int i = 0; i < n; ++i) storev(p + i * L, one / (one + exp_v(-loadv(p + i * L))));
+    for (int64_t i = 0; i < n; ++i) storev(p + i * L, one / (one + exp_v(-loadv(p + i * L))));
   }
 }
 
@@ -118,6 +118,11 @@ inline void pw_activate_span(float* p, int64_t n, int32_t code) {
   const PwActivation a = pw_activation(code);
   vf v[1][1];
   int64_t i = 0;
+  if (a.logistic) {
+    // e^x's constants stay in registers in pw_logistic's loop (inlined here they were reloaded per vector)
+    pw_logistic(p, n / L, a.times_y);
+    i = n / L * L;
+  }
   for (; i + L <= n; i += L) {
     v[0][0] = loadv(p + i);
     pw_activate<1, 1>(v, a);
