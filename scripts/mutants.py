@@ -359,6 +359,18 @@ mutant("kernels: a depthwise row skips the 4 channels past its whole vectors", "
        "    if (c0 + 4 <= c1) depthwise_block<4, 1, kPix, kChecked>(d, iy0, ky0, ky1, ox0, kx0, kx1, c0), c0 += 4;",
        "    if (c0 + 4 <= c1) c0 += 4;",
        pytest("tests/python/test_depthwise.py", "-k", "torchs_answer and not isa"))
+mutant("kernels: a slid depthwise block reads past the row's right end", "runtime/kernels/depthwise_impl.h",
+       "      if (kChecked && (ix0 + i < 0 || ix0 + i >= d.w)) continue;",
+       "      if (kChecked && ix0 + i < 0) continue;",
+       pytest("tests/python/test_depthwise.py", "-k", "torchs_answer and not isa"))
+mutant("kernels: a slid depthwise block at stride 2 takes the inputs between its taps", "runtime/kernels/depthwise_impl.h",
+       "        if (i >= kx && (i - kx) % S == 0 && p < kPix) acc[p] += x * wv[kx];",
+       "        if (i >= kx && p < kPix) acc[p] += x * wv[kx];",
+       pytest("tests/python/test_depthwise.py", "-k", "torchs_answer and not isa"))
+mutant("kernels: a depthwise row's slid blocks reach one pixel into the right border", "runtime/kernels/depthwise_impl.h",
+       "  const bool inside = ox >= inner0 && ox + kPix <= inner1;",
+       "  const bool inside = ox >= inner0 && ox + kPix <= inner1 + 1;",
+       pytest("tests/python/test_depthwise.py", "-k", "torchs_answer and not isa"))
 mutant("kernels: a pointwise tile leaves out its last partial vector of columns", "runtime/kernels/pointwise_impl.h",
        "      else if (v * L < left) pw_store_part(out + v * L, acc[i][v], left - v * L);", "",
        pytest("tests/python/test_pointwise.py", "-k", "torchs_answer and not isa"))

@@ -22,6 +22,14 @@ GEOMETRIES = [
     (8, 1, 1, 3, 3, (1, 1), (1, 1), (1, 1), 1),         # one pixel
     (48, 3, 17, 1, 7, (1, 1), (0, 3), (1, 1), 1),       # a row filter
     (2, 4, 4, 2, 2, (1, 1), (0, 0), (1, 1), 2),         # even kernel, 2 channels
+    # the slid forms (3 and 5 taps a row, stride 1 and 2): blocks of 8, 4 and 1-3 pixels at and between the borders,
+    # channels past whole vectors
+    (21, 13, 13, 3, 3, (1, 1), (1, 1), (1, 1), 1),
+    (9, 6, 22, 5, 5, (1, 1), (2, 2), (1, 1), 2),
+    (37, 10, 19, 3, 3, (2, 2), (1, 1), (1, 1), 1),
+    (21, 11, 14, 5, 5, (2, 2), (2, 2), (1, 1), 1),
+    (16, 5, 12, 3, 3, (1, 1), (0, 0), (1, 1), 1),       # no padding: every block inside
+    (8, 4, 4, 3, 3, (1, 1), (3, 3), (1, 1), 1),         # padding wider than the kernel: bias alone at the ends
 ]
 
 
@@ -118,6 +126,18 @@ def test_non_finite_values_reach_the_outputs_they_reach_in_torch():
         taps = conv.weight.view(c, 9).t().contiguous().view(3, 3, c)
         got = torch.ops.pt2rt.depthwise_conv2d(x, taps, conv.bias, [1, 1], [1, 1], [1, 1])
     assert torch.equal(got.isnan(), expected.isnan()) and torch.equal(got.isinf(), expected.isinf())
+    # 5 taps a row at stride 2, 20 pixels wide: blocks of 8 at both borders
+    conv = torch.nn.Conv2d(c, c, 5, stride=2, padding=2, groups=c).eval()
+    with torch.no_grad():
+        conv.weight[5, 0, 1, 0] = float("inf")
+        conv.weight[6, 0, 2, 4] = float("-inf")
+        x = torch.randn(1, c, 7, 39)
+        expected = conv(x)
+        taps = conv.weight.view(c, 25).t().contiguous().view(5, 5, c)
+        got = torch.ops.pt2rt.depthwise_conv2d(x, taps, conv.bias, [2, 2], [2, 2], [1, 1])
+    assert expected.isinf().any()
+    assert torch.equal(got.isnan(), expected.isnan()) and torch.equal(got.isinf(), expected.isinf())
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5, equal_nan=True)
 
 
 def test_any_number_of_threads_gives_one_threads_answer_bit_for_bit():
