@@ -98,6 +98,23 @@ def test_logistic_activations_near_the_ends_of_floats_range():
         torch.testing.assert_close(got, expected, rtol=2e-6, atol=1e-37, equal_nan=True, msg=activation)
 
 
+def test_logistic_activations_within_a_few_ulp_of_float64():
+    """The kernels' e^x (a fitted polynomial, runtime/kernels/exp_impl.h) to float's precision: SiLU and sigmoid over
+    the whole range where they are neither 0 nor their input, against float64, within 5 ulp (e^x's 1 and the
+    roundings of the sum and the division)."""
+    y = torch.cat([torch.linspace(-87.0, 88.0, 150_001), torch.linspace(-2.0, 2.0, 40_001)])
+    x = y.view(1, 1, 1, -1)
+    weight = torch.zeros(1, 16)
+    weight[0, 0] = 1.0  # one input channel to one output: the sums are y itself
+    y64 = y.double()
+    expected = {"silu": y64 / (1 + torch.exp(-y64)), "sigmoid": 1 / (1 + torch.exp(-y64))}
+    for activation in ("silu", "sigmoid"):
+        with torch.no_grad():
+            got = torch.ops.pt2rt.pointwise_conv2d(x, weight, None, 1, activation).flatten().double()
+        error = ((got - expected[activation]).abs() / expected[activation].abs().clamp_min(1e-37)).max().item()
+        assert error <= 5 * 2.0 ** -24, (activation, error)
+
+
 def test_any_number_of_threads_gives_one_threads_answer_bit_for_bit():
     shape = (3, 72, 40, 28, 28)
     before = torch.get_num_threads()
