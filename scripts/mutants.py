@@ -280,8 +280,8 @@ mutant("pt2serve: a model's share of the cores ignores its instance_count", "ser
        "      instances += static_cast<int64_t>(version_folders(m).size());",
        pytest("tests/python/test_serve.py", "-k", "each_model_runs_on_its_share"))
 mutant("recurrent: a split step computes one panel of each piece's gates", "runtime/kernels/rnn_impl.h",
-       "    recurrent_product(B, H, Gp, p0, p1, h, h_b, whh, bhh, gh);",
-       "    recurrent_product(B, H, Gp, p0, std::min(p1, p0 + 1), h, h_b, whh, bhh, gh);",
+       "    recurrent_product(B, H, Gp, p0, p1, h, h_b, whh, bhh, gh, backward);",
+       "    recurrent_product(B, H, Gp, p0, std::min(p1, p0 + 1), h, h_b, whh, bhh, gh, backward);",
        pytest("tests/python/test_recurrent.py", "-k", "split_across_threads"))
 mutant("runtime: the usable cores ignore OMP_NUM_THREADS", "runtime/src/cpu_features.cpp",
        "    if (end != omp && n > 0) return", "    if (false) return",
@@ -380,6 +380,9 @@ mutant("kernels: the pointwise clamps turn NaN into their bound", "runtime/kerne
 mutant("kernels: SiLU and sigmoid see e^-y clamped below float's range, not inf past it", "runtime/kernels/exp_impl.h",
        "  const vf c = clamp_or_nan(x, -86.0f, 89.0f);", "  const vf c = clamp_or_nan(x, -86.0f, 88.0f);",
        pytest("tests/python/test_pointwise.py", "-k", "non_finite and not isa"))
+mutant("kernels: e^x's polynomial off in its cubic term by 1e-4", "runtime/kernels/exp_impl.h",
+       "  p = p * r + splat(2 * 0.1666652068865686f);", "  p = p * r + splat(2 * 0.1666f);",
+       pytest("tests/python/test_pointwise.py", "-k", "few_ulp"))
 mutant("export: pointwise convolutions keep their batch norm out of the weight", "export_tools/convolutions.py",
        "    weight = call_fn(aten.mul.Tensor, (weight, call_fn(aten.view.default, (scale, scale_shape))))",
        "    pass",

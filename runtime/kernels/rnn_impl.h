@@ -115,13 +115,15 @@ inline void product_rows(int64_t H, int64_t Gp, int64_t p, int64_t j_begin, int6
 // rows of 4 vectors (AVX2: 2), so that W (the bulk of what a step reads) is read once for every 4 rows. Panel by
 // panel (H x 128 gates, 128 KB at H = 256: it comes from memory or L3 once per step and stays in L2 where a whole
 // W_hh, 1 MB for an LSTM of 256, does not), and in it strip by strip (the gates of one pass of 4 rows, 16 KB at
-// H = 256 on AVX2), every 4 rows: a strip stays in L1 for the rows after the first 4.
+// H = 256 on AVX2), every 4 rows: a strip stays in L1 for the rows after the first 4. The panels last to first where
+// `backward` (Step's); each gate's sum is the same either way.
 inline void recurrent_product(int64_t B, int64_t H, int64_t Gp, int64_t p0, int64_t p1, const float* h,
-                              int64_t h_b, const float* whh, const float* bhh, float* gh) {
+                              int64_t h_b, const float* whh, const float* bhh, float* gh, bool backward) {
   using pt2rt::kernels::kPanel;
   constexpr int64_t kStrip = kRowVectors * L;
   const int64_t B4 = B / 4 * 4;
-  for (int64_t p = p0; p < p1; ++p) {
+  for (int64_t i = p0; i < p1; ++i) {
+    const int64_t p = backward ? p0 + p1 - 1 - i : i;
     for (int64_t j = 0; j < kPanel; j += kStrip) {
       for (int64_t b = 0; b < B4; b += 4) {
         product_rows<4, kRowVectors>(H, Gp, p, j, j + kStrip, h + b * h_b, h_b, whh, bhh, gh + b * Gp);
@@ -197,6 +199,10 @@ struct Step {
   int64_t gi_b, h_b, out_b;
   float *gh, *cell, *y;            // y: step t's output rows
   const pt2rt::kernels::RnnProduct* by;  // the caller's product, or null: the kernel's
+  // the panels last to first: every other step, so that a step begins with the panels the one before ended with,
+  // still in L2 where the whole W_hh is not (1 MB for an LSTM of 256; an L2 of 512 KB keeps none of it when every
+  // step reads it in one order)
+  bool backward;
 
   // piece `part` of n: [lo, hi) of `count` items, cut at multiples of `unit`
   std::pair<int64_t, int64_t> share(int64_t part, int64_t n, int64_t count, int64_t unit) const {
@@ -220,7 +226,7 @@ struct Step {
     const auto [p0, p1] = share(part, parts, Gp / pt2rt::kernels::kPanel, 1);
     const auto [j0, j1] = share(part, parts, H, kUnitCut);  // this piece's update (OpenMP: the same thread)
     if (j0 < j1) prefetch_inputs(j0, j1);
-    recurrent_product(B, H, Gp, p0, p1, h, h_b, whh, bhh, gh);
+    recurrent_product(B, H, Gp, p0, p1, h, h_b, whh, bhh, gh, backward);
   }
   void update(int64_t part) const {
     const auto [j0, j1] = share(part, parts, H, kUnitCut);
@@ -316,7 +322,7 @@ void rnn_steps(RnnMode mode, int64_t T, int64_t B, int64_t H, const float* gi, i
   const auto step_at = [&](int64_t s) {
     const float* h = s == 0 ? h0 : out + time(s - 1) * out_t;
     return Step{mode, B, H, Gp, ng, parts, gi + time(s) * gi_t, h, whh, bhh, gi_b, s == 0 ? H : out_b, out_b,
-                scratch, cell, out + time(s) * out_t, product};
+                scratch, cell, out + time(s) * out_t, product, s % 2 == 1};
   };
   if (parts == 1) {
     for (int64_t s = 0; s < T; ++s) {
