@@ -124,7 +124,7 @@ inline void depthwise_pixels(const pt2rt::kernels::DepthwiseRow& d, int64_t iy0,
   if (c0 < c1) depthwise_channels_left<kPix, kChecked>(d, iy0, ky0, ky1, ox0, kx0, kx1, c0);
 }
 
-// Stride S (1 or 2), undilated, K taps a row known when compiled: each input vector loaded once for the outputs it
+// Stride S (1 or 2), undilated along the row, K taps a row known when compiled: each input vector loaded once for the outputs it
 // reaches - (kPix - 1) S + K loads and K weight vectors per row of taps, where depthwise_block loads K (kPix + 1).
 // Inputs outside the row (kChecked) are not read: each output skips its padding taps as depthwise_block does, and
 // sums the others in ky, kx order - the same bits.
@@ -137,7 +137,7 @@ inline void depthwise_slide(const pt2rt::kernels::DepthwiseRow& d, int64_t iy0, 
   for (int p = 0; p < kPix; ++p) acc[p] = b;
   const int64_t ix0 = ox0 * S - d.pw;
   for (int64_t ky = ky0; ky < ky1; ++ky) {
-    const float* row = d.in + (iy0 + ky) * d.in_rs + c0;
+    const float* row = d.in + (iy0 + ky * d.dh) * d.in_rs + c0;
     const float* wrow = d.weight + ky * K * d.c + c0;
     v_t wv[K];
     for (int kx = 0; kx < K; ++kx) wv[kx] = dw_load<W>(wrow + kx * d.c);
@@ -224,15 +224,13 @@ void depthwise_row(const pt2rt::kernels::DepthwiseRow& d, int64_t oy) {
   const int64_t last = d.w - 1 + d.pw - (d.kw - 1) * d.dw;
   const int64_t inner1 = last < 0 ? 0 : dw_min(d.ow, last / d.sw + 1);
   // MobileNets' and EfficientNets' forms slid over (1.3-1.8x depthwise_block's speed on an AMD EPYC Zen 3, AVX2)
-  const int64_t form = d.dw == 1 && d.sw <= 2 ? d.kw * 2 + d.sw : 0;
-  if (form == 7) {
-    depthwise_slide_row<3, 1>(d, iy0, ky0, ky1, inner0, inner1);
-  } else if (form == 8) {
-    depthwise_slide_row<3, 2>(d, iy0, ky0, ky1, inner0, inner1);
-  } else if (form == 11) {
-    depthwise_slide_row<5, 1>(d, iy0, ky0, ky1, inner0, inner1);
-  } else if (form == 12) {
-    depthwise_slide_row<5, 2>(d, iy0, ky0, ky1, inner0, inner1);
+  const bool slid = d.dw == 1 && (d.kw == 3 || d.kw == 5) && (d.sw == 1 || d.sw == 2);
+  if (slid && d.kw == 3) {
+    if (d.sw == 1) depthwise_slide_row<3, 1>(d, iy0, ky0, ky1, inner0, inner1);
+    else depthwise_slide_row<3, 2>(d, iy0, ky0, ky1, inner0, inner1);
+  } else if (slid) {
+    if (d.sw == 1) depthwise_slide_row<5, 1>(d, iy0, ky0, ky1, inner0, inner1);
+    else depthwise_slide_row<5, 2>(d, iy0, ky0, ky1, inner0, inner1);
   } else {
     int64_t ox = 0;
     for (; ox + kDepthwisePixels <= d.ow; ox += kDepthwisePixels)

@@ -30,6 +30,7 @@ GEOMETRIES = [
     (21, 11, 14, 5, 5, (2, 2), (2, 2), (1, 1), 1),
     (16, 5, 12, 3, 3, (1, 1), (0, 0), (1, 1), 1),       # no padding: every block inside
     (8, 4, 4, 3, 3, (1, 1), (3, 3), (1, 1), 1),         # padding wider than the kernel: bias alone at the ends
+    (24, 9, 12, 3, 3, (1, 1), (2, 1), (2, 1), 1),       # dilated down the image only: a slid row all the same
 ]
 
 
