@@ -332,10 +332,11 @@ mutant("recurrent: a weight packed once per use", "export_tools/passes.py",
        "        if key in seen:", "        if False:",
        pytest("tests/python/test_recurrent.py", "-k", "one_transpose"))
 mutant("kernels: the GRU's update gate applied the wrong way round", "runtime/kernels/rnn_impl.h",
-       "      storev(y + j, n + z * (loadv(hp + j) - n));", "      storev(y + j, z + n * (loadv(hp + j) - z));",
+       "  for (int v = 0; v < V; ++v) storev(y + v * L, n[v] + z[v] * (loadv(hp + v * L) - n[v]));",
+       "  for (int v = 0; v < V; ++v) storev(y + v * L, z[v] + n[v] * (loadv(hp + v * L) - z[v]));",
        pytest("tests/python/test_recurrent.py", "-k", "kernel_gives"))
 mutant("kernels: an LSTM's cell state not carried to the next step", "runtime/kernels/rnn_impl.h",
-       "      storev(c + j, cj);", "",
+       "    storev(c + v * L, cj[v]);", "",
        pytest("tests/python/test_recurrent.py", "-k", "kernel_gives"))
 mutant("kernels: the product's rows of 4 done for the first strip of each panel only", "runtime/kernels/rnn_impl.h",
        "    for (int64_t j = 0; j < kPanel; j += kStrip) {", "    for (int64_t j = 0; j < kStrip; j += kStrip) {",

@@ -137,6 +137,39 @@ inline void recurrent_product(int64_t B, int64_t H, int64_t Gp, int64_t p0, int6
   }
 }
 
+// V vectors of units of a GRU's or an LSTM's update side by side: each vector's work is one long serial chain (e^x,
+// a division, e^x again for an LSTM's cell), so one vector at a time leaves the core waiting on it
+template <int V>
+inline void gru_vectors(int64_t H, const float* x, const float* g, int64_t gs, const float* hp, float* y) {
+  vf r[V], z[V], n[V];
+#pragma GCC unroll 4
+  for (int v = 0; v < V; ++v) {
+    r[v] = sigmoid_v(loadv(x + v * L) + loadv(g + v * L));
+    z[v] = sigmoid_v(loadv(x + H + v * L) + loadv(g + gs + v * L));
+  }
+#pragma GCC unroll 4
+  for (int v = 0; v < V; ++v) n[v] = tanh_v(loadv(x + 2 * H + v * L) + r[v] * loadv(g + 2 * gs + v * L));
+#pragma GCC unroll 4
+  for (int v = 0; v < V; ++v) storev(y + v * L, n[v] + z[v] * (loadv(hp + v * L) - n[v]));
+}
+template <int V>
+inline void lstm_vectors(int64_t H, const float* x, const float* g, int64_t gs, float* c, float* y) {
+  vf o[V], cj[V];
+#pragma GCC unroll 4
+  for (int v = 0; v < V; ++v) {
+    const vf i = sigmoid_v(loadv(x + v * L) + loadv(g + v * L));
+    const vf f = sigmoid_v(loadv(x + H + v * L) + loadv(g + gs + v * L));
+    const vf u = tanh_v(loadv(x + 2 * H + v * L) + loadv(g + 2 * gs + v * L));
+    o[v] = sigmoid_v(loadv(x + 3 * H + v * L) + loadv(g + 3 * gs + v * L));
+    cj[v] = f * loadv(c + v * L) + i * u;
+  }
+#pragma GCC unroll 4
+  for (int v = 0; v < V; ++v) {
+    storev(c + v * L, cj[v]);
+    storev(y + v * L, o[v] * tanh_v(cj[v]));
+  }
+}
+
 // The new state of row b for `count` units: the gates x (the input's, gate k of unit j at x[k * H + j]) and g (the
 // recurrent product's, at g[k * gs + j]), the previous state hp, an LSTM's cell c (updated in place); y gets the
 // state. Every pointer at the first of the units.
@@ -145,12 +178,8 @@ inline void update_state(RnnMode mode, int64_t H, int64_t count, const float* x,
   int64_t j = 0;
   const int64_t j_end = count;
   if (mode == RnnMode::Gru) {
-    for (; j + L <= j_end; j += L) {
-      const vf r = sigmoid_v(loadv(x + j) + loadv(g + j));
-      const vf z = sigmoid_v(loadv(x + H + j) + loadv(g + gs + j));
-      const vf n = tanh_v(loadv(x + 2 * H + j) + r * loadv(g + 2 * gs + j));
-      storev(y + j, n + z * (loadv(hp + j) - n));
-    }
+    for (; j + 4 * L <= j_end; j += 4 * L) gru_vectors<4>(H, x + j, g + j, gs, hp + j, y + j);
+    for (; j + L <= j_end; j += L) gru_vectors<1>(H, x + j, g + j, gs, hp + j, y + j);
     for (; j < j_end; ++j) {
       const float r = sigmoid_s(x[j] + g[j]);
       const float z = sigmoid_s(x[H + j] + g[gs + j]);
@@ -158,15 +187,8 @@ inline void update_state(RnnMode mode, int64_t H, int64_t count, const float* x,
       y[j] = n + z * (hp[j] - n);
     }
   } else if (mode == RnnMode::Lstm) {
-    for (; j + L <= j_end; j += L) {
-      const vf i = sigmoid_v(loadv(x + j) + loadv(g + j));
-      const vf f = sigmoid_v(loadv(x + H + j) + loadv(g + gs + j));
-      const vf u = tanh_v(loadv(x + 2 * H + j) + loadv(g + 2 * gs + j));
-      const vf o = sigmoid_v(loadv(x + 3 * H + j) + loadv(g + 3 * gs + j));
-      const vf cj = f * loadv(c + j) + i * u;
-      storev(c + j, cj);
-      storev(y + j, o * tanh_v(cj));
-    }
+    for (; j + 4 * L <= j_end; j += 4 * L) lstm_vectors<4>(H, x + j, g + j, gs, c + j, y + j);
+    for (; j + L <= j_end; j += L) lstm_vectors<1>(H, x + j, g + j, gs, c + j, y + j);
     for (; j < j_end; ++j) {
       const float i = sigmoid_s(x[j] + g[j]);
       const float f = sigmoid_s(x[H + j] + g[gs + j]);
