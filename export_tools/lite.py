@@ -45,9 +45,11 @@ SHIM_FUNCTIONS = frozenset({
     "aoti_torch_cpu__scaled_dot_product_flash_attention_for_cpu",
     "aoti_torch_cpu_rnn_layer", "aoti_torch_cpu_lstm_layer", "aoti_torch_cpu_depthwise_conv2d",
     "aoti_torch_cpu_depthwise_conv2d_act", "aoti_torch_cpu_pointwise_conv2d", "aoti_torch_cpu_winograd_conv2d",
+    "aoti_torch_cpu_attention",
 })
 # Custom ops the lite runtime runs itself (the recurrent layers export_tools.recurrent makes, runtime/lite/rnn.cpp;
-# the depthwise, pointwise and Winograd convolutions of export_tools.convolutions, runtime/lite/ops.cpp),
+# the depthwise, pointwise and Winograd convolutions of export_tools.convolutions and export_tools.attention's
+# attention, runtime/lite/ops.cpp),
 # called by the C function inductor is told to call in their place (aot_inductor.custom_ops_to_c_shims)
 BUILTIN_OPS = {
     "pt2rt::rnn_layer": "AOTITorchError aoti_torch_cpu_rnn_layer(AtenTensorHandle gi, AtenTensorHandle h0, "
@@ -74,6 +76,8 @@ BUILTIN_OPS = {
                               "AtenTensorHandle weight, AtenTensorHandle taps, AtenTensorHandle* bias, "
                               "int64_t out_channels, const int64_t* padding, int64_t padding_len_, "
                               "const char* activation, AtenTensorHandle* ret0)",
+    "pt2rt::attention": "AOTITorchError aoti_torch_cpu_attention(AtenTensorHandle q, AtenTensorHandle k, "
+                        "AtenTensorHandle v, double scale, AtenTensorHandle* ret0)",
 }
 # What a lite library may need besides the shim (DT_NEEDED); the lite bundle ships Sleef.
 LIBRARIES = ("libgomp.so.1", "libsleef.so.3", "libstdc++.so.6", "libm.so.6", "libgcc_s.so.1", "libc.so.6",

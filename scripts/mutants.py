@@ -338,6 +338,24 @@ mutant("kernels: the GRU's update gate applied the wrong way round", "runtime/ke
 mutant("kernels: an LSTM's cell state not carried to the next step", "runtime/kernels/rnn_impl.h",
        "    storev(c + v * L, cj[v]);", "",
        pytest("tests/python/test_recurrent.py", "-k", "kernel_gives"))
+mutant("kernels: attention's padded keys keep a score of 0 (a row of negative scores shifted by 0, not its max)",
+       "runtime/kernels/attention_impl.h", "  for (int64_t j = lk; j < lkp; ++j) s[j] = kNegInf;", "",
+       pytest("tests/python/test_attention.py", "-k", "far_apart"))
+mutant("kernels: attention's last 5 rows done as 4", "runtime/kernels/attention_impl.h",
+       "    case 5: attention_rows<5>(a, kt, lkp, r, s); break;", "    case 5: attention_rows<4>(a, kt, lkp, r, s); break;",
+       pytest("tests/python/test_attention.py", "-k", "kernel_gives"))
+mutant("kernels: attention reuses another head's packed keys", "runtime/kernels/attention.cpp",
+       "      kernel(head_at(i), r0, std::min(lq, r0 + rows), scratch.data(), packed == i);",
+       "      kernel(head_at(i), r0, std::min(lq, r0 + rows), scratch.data(), packed >= 0);",
+       pytest("tests/python/test_attention.py", "-k", "kernel_gives"))
+mutant("lite: attention reuses another head's packed keys", "runtime/lite/ops.cpp",
+       "          kernel(head, r0, std::min(lq, r0 + rows), mine, packed == i);",
+       "          kernel(head, r0, std::min(lq, r0 + rows), mine, packed >= 0);",
+       pytest("tests/python/test_lite.py", "-k", "matches_eager"))
+mutant("export: attention with a mask rewritten as pt2rt::attention", "export_tools/attention.py",
+       '    if (args["attn_mask"] is not None or args["dropout_p"] != 0.0 or args["is_causal"] is not False',
+       '    if (args["dropout_p"] != 0.0 or args["is_causal"] is not False',
+       pytest("tests/python/test_attention.py", "-k", "rewritten"))
 mutant("kernels: the product's rows of 4 done for the first strip of each panel only", "runtime/kernels/rnn_impl.h",
        "    for (int64_t j = 0; j < kPanel; j += kStrip) {", "    for (int64_t j = 0; j < kStrip; j += kStrip) {",
        pytest("tests/python/test_recurrent.py", "-k", "kernel_gives"))

@@ -1,5 +1,6 @@
-// The recurrence, the depthwise rows, the pointwise kernel and the Winograd convolution compiled for AVX-512 F/DQ/VL/BW + FMA, x86-64-v4
-// (CMake adds the flags to this file only).
+// The recurrence, the depthwise rows, the pointwise kernel, the Winograd convolution and attention compiled for
+// AVX-512 F/DQ/VL/BW + FMA, x86-64-v4 (CMake adds the flags to this file only).
+#include "attention.h"
 #include "depthwise.h"
 #include "pointwise.h"
 #include "rnn_kernel.h"
@@ -10,13 +11,16 @@
 #include "depthwise_impl.h"
 #include "pointwise_impl.h"
 #include "winograd_impl.h"
+#include "attention_impl.h"
 pt2rt::kernels::RnnStepsFn pt2rt::kernels::rnn_steps_avx512() { return &rnn_steps; }
 pt2rt::kernels::DepthwiseRowKernel pt2rt::kernels::depthwise_row_avx512() { return &depthwise_row; }
 pt2rt::kernels::PointwiseKernel pt2rt::kernels::pointwise_avx512() { return &pointwise; }
 pt2rt::kernels::WinogradTilesKernel pt2rt::kernels::winograd_avx512() { return &winograd_tiles; }
+pt2rt::kernels::AttentionKernel pt2rt::kernels::attention_avx512() { return &attention; }
 #else
 pt2rt::kernels::RnnStepsFn pt2rt::kernels::rnn_steps_avx512() { return nullptr; }
 pt2rt::kernels::DepthwiseRowKernel pt2rt::kernels::depthwise_row_avx512() { return nullptr; }
 pt2rt::kernels::PointwiseKernel pt2rt::kernels::pointwise_avx512() { return nullptr; }
 pt2rt::kernels::WinogradTilesKernel pt2rt::kernels::winograd_avx512() { return nullptr; }
+pt2rt::kernels::AttentionKernel pt2rt::kernels::attention_avx512() { return nullptr; }
 #endif

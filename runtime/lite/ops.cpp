@@ -11,6 +11,7 @@
 
 #include <omp.h>
 
+#include "../kernels/attention.h"
 #include "guard.h"
 #include "kernels.h"
 #include "tensor.h"
@@ -782,6 +783,92 @@ AOTITorchError pt2rt_lite_aoti_torch_cpu_winograd_conv2d(AtenTensorHandle x, Ate
       float* mine = scratch.data() + per_thread * static_cast<size_t>(omp_get_thread_num());
 #pragma omp for schedule(static)
       for (int64_t i = 0; i < calls; ++i) kernel(conv, i * per_call, std::min(tiles, (i + 1) * per_call), mine);
+    }
+    *ret0 = as_handle(out.release());
+  });
+}
+
+namespace {
+
+// The attention kernel of the instruction set lite's other kernels run (kernels.h: cpuid, narrowed by
+// PT2RT_LITE_KERNELS)
+pt2rt::kernels::AttentionKernel attention_fn() {
+  static const pt2rt::kernels::AttentionKernel fn = [] {
+    const std::string set = kernels().name;
+#if defined(__x86_64__)  // the AVX files are x86-64's alone (CMakeLists.txt)
+    if (set == "avx512" && pt2rt::kernels::attention_avx512()) return pt2rt::kernels::attention_avx512();
+    if ((set == "avx512" || set == "avx2") && pt2rt::kernels::attention_avx2()) return pt2rt::kernels::attention_avx2();
+#endif
+    return pt2rt::kernels::attention_baseline();
+  }();
+  return fn;
+}
+
+// t itself where each of its rows (the last dim) is contiguous, else a contiguous copy made in `copy`
+const ShimTensor& dense_rows(const ShimTensor& t, std::unique_ptr<ShimTensor>& copy) {
+  if (t.sizes[3] <= 1 || t.strides[3] == 1) return t;
+  copy = empty_strided(t.sizes, contiguous_strides(t.sizes), kFloat32);
+  copy_strided(*copy, t);
+  return *copy;
+}
+
+}  // namespace
+
+AOTITorchError pt2rt_lite_aoti_torch_cpu_attention(AtenTensorHandle q, AtenTensorHandle k, AtenTensorHandle v,
+                                                   double scale, AtenTensorHandle* ret0) {
+  return guarded("pt2rt::attention", [&] {
+    const ShimTensor& qt = *as_tensor(q);
+    const ShimTensor& kt = *as_tensor(k);
+    const ShimTensor& vt = *as_tensor(v);
+    for (const ShimTensor* t : {&qt, &kt, &vt}) {
+      require_float32(*t, "attention's q, k and v");
+      if (t->dim() != 4) throw std::invalid_argument("attention takes [batch, heads, length, features] tensors");
+    }
+    const int64_t nb = qt.sizes[0], nh = qt.sizes[1], lq = qt.sizes[2], d = qt.sizes[3];
+    const int64_t lk = kt.sizes[2], dv = vt.sizes[3];
+    if (kt.sizes[0] != nb || vt.sizes[0] != nb || kt.sizes[1] != nh || vt.sizes[1] != nh || kt.sizes[3] != d ||
+        vt.sizes[2] != lk)
+      throw std::invalid_argument("attention's q, k and v do not agree (expected k [B, H, L_k, D] and v [B, H, L_k, "
+                                  "D_v] for q [B, H, L_q, D])");
+    if (!std::isfinite(static_cast<float>(scale)))
+      throw std::invalid_argument("attention's scale is not finite in float32: " + std::to_string(scale));
+    std::unique_ptr<ShimTensor> qc, kc, vc;
+    const ShimTensor& qd = dense_rows(qt, qc);
+    const ShimTensor& kd = dense_rows(kt, kc);
+    const ShimTensor& vd = dense_rows(vt, vc);
+    // [B, L_q, H, D_v] in memory, as libpt2rt_kernels' op returns it
+    auto out = empty_strided({nb, nh, lq, dv}, {lq * nh * dv, dv, nh * dv, 1}, kFloat32);
+    const int64_t heads = nb * nh;
+    if (heads * lq * dv > 0) {
+      const auto* qp = static_cast<const float*>(qd.data());
+      const auto* kp = static_cast<const float*>(kd.data());
+      const auto* vp = static_cast<const float*>(vd.data());
+      auto* op = static_cast<float*>(out->data());
+      // pieces of whole row blocks, every row computed as at one thread (as libpt2rt_kernels' op cuts them)
+      const int64_t per_row = std::max<int64_t>(1, lk * (d + dv)), block = pt2rt::kernels::kAttentionRowBlock;
+      const int64_t rows = std::max<int64_t>(1, ((int64_t{1} << 17) / per_row + block - 1) / block) * block;
+      const int64_t per_head = (lq + rows - 1) / rows, pieces = heads * per_head;
+      const int64_t threads = heads * lq * per_row >= kParallelWork ? omp_get_max_threads() : 1;
+      const int64_t team = std::max<int64_t>(1, std::min(threads, pieces));
+      const auto per_thread = static_cast<size_t>(pt2rt::kernels::attention_scratch_floats(lk, d));
+      std::vector<float> scratch(per_thread * static_cast<size_t>(team));  // here: a failure is the call's error
+      const pt2rt::kernels::AttentionKernel kernel = attention_fn();
+      const float sc = static_cast<float>(scale);
+#pragma omp parallel num_threads(static_cast<int>(team)) if (team > 1)
+      {
+        float* mine = scratch.data() + per_thread * static_cast<size_t>(omp_get_thread_num());
+        int64_t packed = -1;  // the head whose k^T `mine` holds
+#pragma omp for schedule(static)
+        for (int64_t p = 0; p < pieces; ++p) {
+          const int64_t i = p / per_head, b = i / nh, h = i % nh, r0 = p % per_head * rows;
+          const pt2rt::kernels::AttentionHead head{
+              qp + b * qd.strides[0] + h * qd.strides[1], kp + b * kd.strides[0] + h * kd.strides[1],
+              vp + b * vd.strides[0] + h * vd.strides[1], op + b * lq * nh * dv + h * dv, qd.strides[2],
+              kd.strides[2], vd.strides[2], nh * dv, lq, lk, d, dv, sc};
+          kernel(head, r0, std::min(lq, r0 + rows), mine, packed == i);
+          packed = i;
+        }
+      }
     }
     *ret0 = as_handle(out.release());
   });

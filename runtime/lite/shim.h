@@ -132,6 +132,10 @@ PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_cpu_pointwise_conv2d(AtenTe
 PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_cpu_winograd_conv2d(
     AtenTensorHandle x, AtenTensorHandle weight, AtenTensorHandle taps, AtenTensorHandle* bias, int64_t out_channels,
     const int64_t* padding, int64_t padding_len, const char* activation, AtenTensorHandle* ret0);
+// pt2rt::attention (export_tools.attention; ops.cpp): [B, H, L_q, D_v] contiguous out
+PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_cpu_attention(AtenTensorHandle q, AtenTensorHandle k,
+                                                                   AtenTensorHandle v, double scale,
+                                                                   AtenTensorHandle* ret0);
 
 // Every shim function by name (what export_tools.lite.SHIM_FUNCTIONS lists): runtime.cpp keeps them all in a static
 // link, where nothing else in the program calls them but the model library does, by name.
@@ -185,4 +189,5 @@ PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_cpu_winograd_conv2d(
   X(aoti_torch_cpu_depthwise_conv2d) \
   X(aoti_torch_cpu_depthwise_conv2d_act) \
   X(aoti_torch_cpu_pointwise_conv2d) \
-  X(aoti_torch_cpu_winograd_conv2d)
+  X(aoti_torch_cpu_winograd_conv2d) \
+  X(aoti_torch_cpu_attention)

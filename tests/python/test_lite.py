@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 class Tagger(torch.nn.Module):
     """Convolutions of every kind lite's shim runs (dense, strided, grouped, depthwise, pointwise with its batch norm
     and activation, 3x3 by Winograd's, 1-d; channels-last and contiguous), products (linear, batched), attention
-    (causal, and with a mask), and what inductor generates itself (norms, GELU's erf from Sleef, softmax)."""
+    (causal, with a mask, and plain: pt2rt's kernel), and what inductor generates itself (norms, GELU's erf from Sleef, softmax)."""
 
     def __init__(self):
         super().__init__()
@@ -59,7 +59,8 @@ class Tagger(torch.nn.Module):
         causal = torch.nn.functional.scaled_dot_product_attention(heads, heads, heads, is_causal=True)
         bias = torch.linspace(-1, 1, p * p).view(p, p)
         masked = torch.nn.functional.scaled_dot_product_attention(heads, heads.flip(2), heads, attn_mask=bias)
-        z = (causal + masked).transpose(1, 2).reshape(n, p, 64)
+        plain = torch.nn.functional.scaled_dot_product_attention(heads, heads.flip(2), heads.flip(1))  # pt2rt's
+        z = (causal + masked + plain).transpose(1, 2).reshape(n, p, 64)
         return self.head(attn @ y + z).mean(1), y.amax(1)
 
 
@@ -115,7 +116,8 @@ def test_lite_library_needs_no_libtorch(package):
     assert set(variant["shim"]) <= lite.SHIM_FUNCTIONS
     assert {"aoti_torch_cpu_convolution", "aoti_torch_cpu__scaled_dot_product_flash_attention_for_cpu",
             "aoti_torch_cpu_addmm_out", "aoti_torch_cpu_pointwise_conv2d", "aoti_torch_cpu_depthwise_conv2d",
-            "aoti_torch_cpu_depthwise_conv2d_act", "aoti_torch_cpu_winograd_conv2d"} <= set(variant["shim"])
+            "aoti_torch_cpu_depthwise_conv2d_act", "aoti_torch_cpu_winograd_conv2d",
+            "aoti_torch_cpu_attention"} <= set(variant["shim"])
     assert not [n for n in variant["needed"] if re.search(r"torch|c10|python", n)]
     # the full variants are as they were: the package still runs in the full runtime
     assert [v["isa"] for v in spec["variants"]] == ["native"]
