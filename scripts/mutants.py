@@ -341,6 +341,11 @@ mutant("kernels: an LSTM's cell state not carried to the next step", "runtime/ke
 mutant("kernels: attention's padded keys keep a score of 0 (a row of negative scores shifted by 0, not its max)",
        "runtime/kernels/attention_impl.h", "  for (int64_t j = lk; j < lkp; ++j) s[j] = kNegInf;", "",
        pytest("tests/python/test_attention.py", "-k", "far_apart"))
+mutant("kernels: attention weighs keys far below the row's best e^-86 (e^x's clamp), not 0",
+       "runtime/kernels/attention_impl.h", "    storev(s + j, x < low ? zero : exp_v(x));", "    storev(s + j, exp_v(x));",
+       pytest("tests/python/test_attention.py", "-k", "past_e_to_the_x"))
+mutant("kernels: attention's row of -inf scores comes out NaN", "runtime/kernels/attention_impl.h",
+       "  if (top == kNegInf) {", "  if (false) {", pytest("tests/python/test_attention.py", "-k", "past_e_to_the_x"))
 mutant("kernels: attention's last 5 rows done as 4", "runtime/kernels/attention_impl.h",
        "    case 5: attention_rows<5>(a, kt, lkp, r, s); break;", "    case 5: attention_rows<4>(a, kt, lkp, r, s); break;",
        pytest("tests/python/test_attention.py", "-k", "kernel_gives"))

@@ -6,7 +6,6 @@
 #include <torch/library.h>
 
 #include <algorithm>
-#include <cmath>
 #include <vector>
 
 #include "attention.h"
@@ -40,7 +39,6 @@ at::Tensor attention_cpu(const at::Tensor& q_in, const at::Tensor& k_in, const a
                   v_in.size(2) == lk,
               op, ": q ", q_in.sizes(), ", k ", k_in.sizes(), " and v ", v_in.sizes(),
               " do not agree (expected k [B, H, L_k, D] and v [B, H, L_k, D_v] for q [B, H, L_q, D])");
-  TORCH_CHECK(std::isfinite(static_cast<float>(scale)), op, ": expected a scale finite in float32, got ", scale);
   // rows may lie anywhere (a head's q, k and v are views of one projection's output); each row contiguous
   const auto rows_contiguous = [](const at::Tensor& t) { return t.size(3) <= 1 || t.stride(3) == 1 ? t : t.contiguous(); };
   const at::Tensor q = rows_contiguous(q_in), k = rows_contiguous(k_in), v = rows_contiguous(v_in);
@@ -62,7 +60,10 @@ at::Tensor attention_cpu(const at::Tensor& q_in, const at::Tensor& k_in, const a
                          out.data_ptr<float>() + b * out.stride(0) + h * out.stride(1),
                          q.stride(2), k.stride(2), v.stride(2), out.stride(2), lq, lk, d, dv, static_cast<float>(scale)};
   };
-  at::parallel_for(0, heads * pieces_per_head, 1, [&](int64_t p0, int64_t p1) {
+  // a call too small to gain from threads stays on this one
+  const int64_t pieces = heads * pieces_per_head;
+  const int64_t grain = heads * lq * per_row < 2 * kWorkPerPiece ? pieces : 1;
+  at::parallel_for(0, pieces, grain, [&](int64_t p0, int64_t p1) {
     std::vector<float> scratch(static_cast<size_t>(pt2rt::kernels::attention_scratch_floats(lk, d)));
     int64_t packed = -1;  // the head whose k^T scratch holds
     for (int64_t p = p0; p < p1; ++p) {

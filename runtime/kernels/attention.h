@@ -11,8 +11,9 @@ namespace pt2rt::kernels {
 // computes out's rows [r0, r1); scratch (attention_scratch_floats) holds k^T, packed by the call unless `packed` (an
 // earlier call of the same head on this scratch did). Each output row is
 // computed the same way whatever rows a call gets: the scores row by row in key order, e^(s - max) with the kernels'
-// e^x, the sum of p_j v_j in key order, divided by the sum of the p_j at the end. A row with a NaN score, or with
-// +inf, or only -inf scores, is NaN, as eager's softmax makes it; no keys (lk = 0) gives zeros.
+// e^x, the sum of p_j v_j in key order, divided by the sum of the p_j at the end. As eager: a row with a NaN or a +inf
+// score is NaN, a row of -inf scores only is 0 (NaN where it meets an inf or NaN value), a key more than 86 below the
+// row's largest score weighs 0; no keys (lk = 0) gives zeros.
 struct AttentionHead {
   const float *q, *k, *v;
   float* out;

@@ -61,8 +61,10 @@ inline void attention_scores(const float* q, int64_t q_rs, const float* kt, int6
   }
 }
 
-// One row of scores in place as p_j = e^(s_j - max s), zeros past lk; returns the sum of the p_j. A NaN score, a +inf
-// one or only -inf ones make the sum NaN (NaN - max, inf - inf, -inf + inf), so the whole row comes out NaN.
+// One row of scores in place as p_j = e^(s_j - max s), zeros past lk; returns the sum of the p_j. As torch's softmax:
+// a NaN score or a +inf one make the sum NaN (NaN - max, inf - inf), so the whole row comes out NaN; a score more
+// than 86 below the row's largest weighs 0 (e^x's clamp would give it e^-86; float's own e^x underflows there); a row
+// of -inf scores only weighs every key 0 and sums to 1, so it comes out 0.
 inline float attention_softmax(float* s, int64_t lk, int64_t lkp) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   for (int64_t j = lk; j < lkp; ++j) s[j] = kNegInf;
@@ -73,8 +75,17 @@ inline float attention_softmax(float* s, int64_t lk, int64_t lkp) {
   }
   float top = kNegInf;
   for (int i = 0; i < L; ++i) top = m[i] > top ? m[i] : top;
-  const vf shift = splat(top);
-  for (int64_t j = 0; j < lkp; j += L) storev(s + j, exp_v(loadv(s + j) - shift));
+  if (top == kNegInf) {
+    float total = 1.0f;
+    for (int64_t j = 0; j < lk; ++j) total = s[j] != s[j] ? s[j] : total;  // NaN scores stay NaN
+    for (int64_t j = 0; j < lkp; ++j) s[j] = 0.0f;
+    return total;
+  }
+  const vf shift = splat(top), low = splat(-86.0f), zero = splat(0.0f);
+  for (int64_t j = 0; j < lkp; j += L) {
+    const vf x = loadv(s + j) - shift;
+    storev(s + j, x < low ? zero : exp_v(x));
+  }
   for (int64_t j = lk; j < lkp; ++j) s[j] = 0.0f;
   vf sum = splat(0.0f);
   for (int64_t j = 0; j < lkp; j += L) sum += loadv(s + j);

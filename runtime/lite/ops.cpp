@@ -830,14 +830,14 @@ AOTITorchError pt2rt_lite_aoti_torch_cpu_attention(AtenTensorHandle q, AtenTenso
         vt.sizes[2] != lk)
       throw std::invalid_argument("attention's q, k and v do not agree (expected k [B, H, L_k, D] and v [B, H, L_k, "
                                   "D_v] for q [B, H, L_q, D])");
-    if (!std::isfinite(static_cast<float>(scale)))
-      throw std::invalid_argument("attention's scale is not finite in float32: " + std::to_string(scale));
     std::unique_ptr<ShimTensor> qc, kc, vc;
     const ShimTensor& qd = dense_rows(qt, qc);
     const ShimTensor& kd = dense_rows(kt, kc);
     const ShimTensor& vd = dense_rows(vt, vc);
-    // [B, L_q, H, D_v] in memory, as libpt2rt_kernels' op returns it
-    auto out = empty_strided({nb, nh, lq, dv}, {lq * nh * dv, dv, nh * dv, 1}, kFloat32);
+    // [B, L_q, H, D_v] in memory, as libpt2rt_kernels' op returns it (its strides as torch's for empty dims)
+    const int64_t row = std::max<int64_t>(dv, 1) * std::max<int64_t>(nh, 1);
+    auto out = empty_strided({nb, nh, lq, dv}, {std::max<int64_t>(lq, 1) * row, std::max<int64_t>(dv, 1), row, 1},
+                             kFloat32);
     const int64_t heads = nb * nh;
     if (heads * lq * dv > 0) {
       const auto* qp = static_cast<const float*>(qd.data());

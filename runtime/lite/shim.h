@@ -132,7 +132,7 @@ PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_cpu_pointwise_conv2d(AtenTe
 PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_cpu_winograd_conv2d(
     AtenTensorHandle x, AtenTensorHandle weight, AtenTensorHandle taps, AtenTensorHandle* bias, int64_t out_channels,
     const int64_t* padding, int64_t padding_len, const char* activation, AtenTensorHandle* ret0);
-// pt2rt::attention (export_tools.attention; ops.cpp): [B, H, L_q, D_v] contiguous out
+// pt2rt::attention (export_tools.attention; ops.cpp): [B, H, L_q, D_v] out, [B, L_q, H, D_v] in memory
 PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_cpu_attention(AtenTensorHandle q, AtenTensorHandle k,
                                                                    AtenTensorHandle v, double scale,
                                                                    AtenTensorHandle* ret0);
