@@ -508,6 +508,22 @@ void attention(const ShimTensor& q, const ShimTensor& k, const ShimTensor& v, bo
 
 }  // namespace
 
+namespace {
+
+// q [B, H, L_q, D], k [B, H, L_k, D] and v [B, H, L_k, D_v], float32: both attention shims' arguments
+void check_heads(const ShimTensor& q, const ShimTensor& k, const ShimTensor& v) {
+  for (const ShimTensor* t : {&q, &k, &v}) {
+    require_float32(*t, "attention's query, key and value");
+    if (t->dim() != 4) throw std::invalid_argument("attention takes [batch, heads, length, features] tensors");
+  }
+  if (k.sizes[0] != q.sizes[0] || v.sizes[0] != q.sizes[0] || k.sizes[1] != q.sizes[1] || v.sizes[1] != q.sizes[1] ||
+      k.sizes[3] != q.sizes[3] || v.sizes[2] != k.sizes[2])
+    throw std::invalid_argument("attention's query, key and value do not agree (expected k [B, H, L_k, D] and v "
+                                "[B, H, L_k, D_v] for q [B, H, L_q, D])");
+}
+
+}  // namespace
+
 AOTITorchError pt2rt_lite_aoti_torch_cpu__scaled_dot_product_flash_attention_for_cpu(
     AtenTensorHandle query, AtenTensorHandle key, AtenTensorHandle value, double dropout_p, int32_t is_causal,
     AtenTensorHandle* attn_mask, double* scale, AtenTensorHandle* ret0, AtenTensorHandle* ret1) {
@@ -515,14 +531,8 @@ AOTITorchError pt2rt_lite_aoti_torch_cpu__scaled_dot_product_flash_attention_for
     const ShimTensor& q = *as_tensor(query);
     const ShimTensor& k = *as_tensor(key);
     const ShimTensor& v = *as_tensor(value);
-    for (const ShimTensor* t : {&q, &k, &v}) {
-      require_float32(*t, "attention's query, key and value");
-      if (t->dim() != 4) throw std::invalid_argument("attention takes [batch, heads, length, features] tensors");
-    }
+    check_heads(q, k, v);
     if (dropout_p != 0.0) throw std::invalid_argument("attention with dropout is not inference");
-    if (k.sizes[0] != q.sizes[0] || v.sizes[0] != q.sizes[0] || k.sizes[1] != q.sizes[1] || v.sizes[1] != q.sizes[1] ||
-        k.sizes[3] != q.sizes[3] || v.sizes[2] != k.sizes[2])
-      throw std::invalid_argument("attention's query, key and value do not agree");
     // the output as empty_like(query) (its strides where it is dense), logsumexp as [B, L, H] transposed
     std::vector<int64_t> osizes = {q.sizes[0], q.sizes[1], q.sizes[2], v.sizes[3]};
     std::vector<int64_t> ostrides = q.is_non_overlapping_and_dense() && v.sizes[3] == q.sizes[3]
@@ -820,16 +830,9 @@ AOTITorchError pt2rt_lite_aoti_torch_cpu_attention(AtenTensorHandle q, AtenTenso
     const ShimTensor& qt = *as_tensor(q);
     const ShimTensor& kt = *as_tensor(k);
     const ShimTensor& vt = *as_tensor(v);
-    for (const ShimTensor* t : {&qt, &kt, &vt}) {
-      require_float32(*t, "attention's q, k and v");
-      if (t->dim() != 4) throw std::invalid_argument("attention takes [batch, heads, length, features] tensors");
-    }
+    check_heads(qt, kt, vt);
     const int64_t nb = qt.sizes[0], nh = qt.sizes[1], lq = qt.sizes[2], d = qt.sizes[3];
     const int64_t lk = kt.sizes[2], dv = vt.sizes[3];
-    if (kt.sizes[0] != nb || vt.sizes[0] != nb || kt.sizes[1] != nh || vt.sizes[1] != nh || kt.sizes[3] != d ||
-        vt.sizes[2] != lk)
-      throw std::invalid_argument("attention's q, k and v do not agree (expected k [B, H, L_k, D] and v [B, H, L_k, "
-                                  "D_v] for q [B, H, L_q, D])");
     std::unique_ptr<ShimTensor> qc, kc, vc;
     const ShimTensor& qd = dense_rows(qt, qc);
     const ShimTensor& kd = dense_rows(kt, kc);
