@@ -11,7 +11,8 @@ namespace pt2rt::kernels {
 
 // What follows the product in the same pass; each as eager computes it, NaN kept: relu max(y, 0), relu6 and
 // hardtanh(0, 6) min(max(y, 0), 6), hardswish y * min(max(y + 3, 0), 6) / 6, hardsigmoid min(max(y + 3, 0), 6) / 6,
-// silu y / (1 + e^-y), sigmoid 1 / (1 + e^-y).
+// silu y / (1 + e^-y), sigmoid 1 / (1 + e^-y), gelu y / 2 (1 + erf(y / sqrt(2))) with eager's erf (Abramowitz and
+// Stegun 7.1.26, within 1.5e-7 of erf: eager's CPU GELU computes it so).
 enum PointwiseActivation : int32_t {
   kPointwiseNone = 0,
   kPointwiseRelu = 1,
@@ -20,12 +21,14 @@ enum PointwiseActivation : int32_t {
   kPointwiseHardsigmoid = 4,
   kPointwiseSilu = 5,
   kPointwiseSigmoid = 6,
+  kPointwiseGelu = 7,
 };
 
 // pt2rt::pointwise_conv2d's activation argument: its code, -1 for a name not in kPointwiseActivationNames
-constexpr const char* kPointwiseActivationNames = "none, relu, relu6, hardswish, hardsigmoid, silu or sigmoid";
+constexpr const char* kPointwiseActivationNames =
+    "none, relu, relu6, hardswish, hardsigmoid, silu, sigmoid or gelu";
 inline int32_t pointwise_activation_code(std::string_view name) {
-  constexpr std::string_view names[] = {"none", "relu", "relu6", "hardswish", "hardsigmoid", "silu", "sigmoid"};
+  constexpr std::string_view names[] = {"none", "relu", "relu6", "hardswish", "hardsigmoid", "silu", "sigmoid", "gelu"};
   for (int32_t i = 0; i < static_cast<int32_t>(sizeof names / sizeof names[0]); ++i)
     if (name == names[i]) return i;
   return -1;
@@ -53,5 +56,24 @@ PointwiseKernel pointwise_baseline();
 // null when the library was built without them (not x86-64)
 PointwiseKernel pointwise_avx2();
 PointwiseKernel pointwise_avx512();
+
+// pt2rt::linear: out[r * out_rs + j] = act(bias[j] + sum over p < k in p order of in[r * in_rs + p] * w[p][j]) for
+// r < rows, j < cols, with the weight in panels of kLinearPanel columns - panel q holds w[p][16 q .. 16 q + 15] for
+// p < k, k rows of 16 floats one after another, zeros past cols - so a tile's weight is one stream whatever the
+// weight's width (a [k, cols] matrix's rows would be a page apart on wide layers).
+constexpr int64_t kLinearPanel = 16;
+struct LinearRows {
+  const float* in;
+  int64_t in_rs, k;
+  const float* weight;  // ceil(cols / 16) panels of [k][16]
+  const float* bias;
+  float* out;
+  int64_t out_rs, rows, cols;
+  int32_t activation;
+};
+using LinearKernel = void (*)(const LinearRows& args);
+LinearKernel linear_baseline();
+LinearKernel linear_avx2();
+LinearKernel linear_avx512();
 
 }  // namespace pt2rt::kernels

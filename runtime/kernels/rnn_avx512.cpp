@@ -1,5 +1,5 @@
-// The recurrence, the depthwise rows, the pointwise kernel, the Winograd convolution and attention compiled for
-// AVX-512 F/DQ/VL/BW + FMA, x86-64-v4 (CMake adds the flags to this file only).
+// The recurrence, the depthwise rows, the pointwise and linear kernels, the Winograd convolution and attention
+// compiled for AVX-512 F/DQ/VL/BW + FMA, x86-64-v4 (CMake adds the flags to this file only).
 #include "attention.h"
 #include "depthwise.h"
 #include "pointwise.h"
@@ -15,12 +15,14 @@
 pt2rt::kernels::RnnStepsFn pt2rt::kernels::rnn_steps_avx512() { return &rnn_steps; }
 pt2rt::kernels::DepthwiseRowKernel pt2rt::kernels::depthwise_row_avx512() { return &depthwise_row; }
 pt2rt::kernels::PointwiseKernel pt2rt::kernels::pointwise_avx512() { return &pointwise; }
+pt2rt::kernels::LinearKernel pt2rt::kernels::linear_avx512() { return &linear; }
 pt2rt::kernels::WinogradTilesKernel pt2rt::kernels::winograd_avx512() { return &winograd_tiles; }
 pt2rt::kernels::AttentionKernel pt2rt::kernels::attention_avx512() { return &attention; }
 #else
 pt2rt::kernels::RnnStepsFn pt2rt::kernels::rnn_steps_avx512() { return nullptr; }
 pt2rt::kernels::DepthwiseRowKernel pt2rt::kernels::depthwise_row_avx512() { return nullptr; }
 pt2rt::kernels::PointwiseKernel pt2rt::kernels::pointwise_avx512() { return nullptr; }
+pt2rt::kernels::LinearKernel pt2rt::kernels::linear_avx512() { return nullptr; }
 pt2rt::kernels::WinogradTilesKernel pt2rt::kernels::winograd_avx512() { return nullptr; }
 pt2rt::kernels::AttentionKernel pt2rt::kernels::attention_avx512() { return nullptr; }
 #endif

@@ -26,6 +26,16 @@ void require_float32(const ShimTensor& t, const char* what) {
                                 "; lite's kernels take float32");
 }
 
+// a pointwise.h activation name's code; an unknown one is the call's error
+int32_t activation_code(const char* activation) {
+  const std::string name = activation != nullptr ? activation : "";
+  const int32_t act = pt2rt::kernels::pointwise_activation_code(name);
+  if (act < 0)
+    throw std::invalid_argument("unknown activation '" + name + "', expected " +
+                                pt2rt::kernels::kPointwiseActivationNames);
+  return act;
+}
+
 // `w` rearranged by pack() for a kernel: once per constant (kept on its storage, keyed by `kind` and the view),
 // per call for anything else.
 template <class Pack>
@@ -646,10 +656,7 @@ AOTITorchError pt2rt_lite_aoti_torch_cpu_depthwise_conv2d_act(AtenTensorHandle x
                                                               int64_t dilation_len, const char* activation,
                                                               AtenTensorHandle* ret0) {
   return guarded("pt2rt::depthwise_conv2d_act", [&] {
-    const int32_t act = pt2rt::kernels::pointwise_activation_code(activation != nullptr ? activation : "");
-    if (act < 0)
-      throw std::invalid_argument(std::string("unknown activation '") + (activation != nullptr ? activation : "") +
-                                  "', expected " + pt2rt::kernels::kPointwiseActivationNames);
+    const int32_t act = activation_code(activation);
     *ret0 = as_handle(
         depthwise(x, weight, bias, stride, stride_len, padding, padding_len, dilation, dilation_len, act).release());
   });
@@ -693,10 +700,7 @@ AOTITorchError pt2rt_lite_aoti_torch_cpu_pointwise_conv2d(AtenTensorHandle x, At
     const ShimTensor& in = *as_tensor(x);
     const ShimTensor& wk = *as_tensor(weight);  // [C_in, C_out padded]
     const ShimTensor* b = bias != nullptr ? as_tensor(*bias) : nullptr;
-    const int32_t act = pt2rt::kernels::pointwise_activation_code(activation != nullptr ? activation : "");
-    if (act < 0)
-      throw std::invalid_argument(std::string("unknown activation '") + (activation != nullptr ? activation : "") +
-                                  "', expected " + pt2rt::kernels::kPointwiseActivationNames);
+    const int32_t act = activation_code(activation);
     require_float32(in, "x");
     require_float32(wk, "weight");
     if (b != nullptr) require_float32(*b, "bias");
@@ -733,6 +737,92 @@ AOTITorchError pt2rt_lite_aoti_torch_cpu_pointwise_conv2d(AtenTensorHandle x, At
   });
 }
 
+namespace {
+
+// The linear kernel of the instruction set lite's other kernels run (libpt2rt_kernels' build of it, linked in: the
+// lite kernel set would hold a second copy)
+pt2rt::kernels::LinearKernel linear_fn() {
+  static const pt2rt::kernels::LinearKernel fn = [] {
+    const std::string set = kernels().name;
+#if defined(__x86_64__)  // the AVX files are x86-64's alone (CMakeLists.txt)
+    if (set == "avx512" && pt2rt::kernels::linear_avx512()) return pt2rt::kernels::linear_avx512();
+    if ((set == "avx512" || set == "avx2") && pt2rt::kernels::linear_avx2()) return pt2rt::kernels::linear_avx2();
+#endif
+    return pt2rt::kernels::linear_baseline();
+  }();
+  return fn;
+}
+
+}  // namespace
+
+AOTITorchError pt2rt_lite_aoti_torch_cpu_linear(AtenTensorHandle x, AtenTensorHandle weight, AtenTensorHandle* bias,
+                                                int64_t out_features, const char* activation, AtenTensorHandle* ret0) {
+  return guarded("pt2rt::linear", [&] {
+    using pt2rt::kernels::kLinearPanel;
+    const ShimTensor& in = *as_tensor(x);
+    const ShimTensor& wk = *as_tensor(weight);  // [panels, in, 16]
+    const ShimTensor* b = bias != nullptr ? as_tensor(*bias) : nullptr;
+    const int32_t act = activation_code(activation);
+    require_float32(in, "x");
+    require_float32(wk, "weight");
+    if (b != nullptr) require_float32(*b, "bias");
+    const int64_t k = in.dim() >= 1 ? in.sizes.back() : -1, panels = (out_features + kLinearPanel - 1) / kLinearPanel;
+    if (in.dim() < 1 || out_features <= 0 || wk.dim() != 3 || wk.sizes[0] != panels || wk.sizes[1] != k ||
+        wk.sizes[2] != kLinearPanel || wk.strides[2] != 1 || wk.strides[1] != kLinearPanel ||
+        wk.strides[0] != k * kLinearPanel || (b != nullptr && (b->dim() != 1 || b->sizes[0] != out_features)))
+      throw std::invalid_argument("expected x [..., in], a dense weight [ceil(out / " + std::to_string(kLinearPanel) +
+                                  "), in, " + std::to_string(kLinearPanel) + "] and bias [out] for " +
+                                  std::to_string(out_features) + " features out");
+    // rows k floats apart (x as torch lays it out), or a 2-d x's rows anywhere, each contiguous; else a copy
+    std::unique_ptr<ShimTensor> copy;
+    const ShimTensor* rows_of = &in;
+    const bool strided_rows = in.dim() == 2 && (k <= 1 || in.strides[1] == 1) && in.strides[0] >= k;
+    if (!strided_rows && !in.is_contiguous()) {
+      copy = empty_strided(in.sizes, contiguous_strides(in.sizes), kFloat32);
+      copy_strided(*copy, in);
+      rows_of = copy.get();
+    }
+    int64_t rows = 1;
+    for (size_t d = 0; d + 1 < in.sizes.size(); ++d) rows *= in.sizes[d];
+    const int64_t in_rs = strided_rows && rows > 1 ? in.strides[0] : k;
+    std::vector<int64_t> sizes = in.sizes;
+    sizes.back() = out_features;
+    auto out = empty_strided(sizes, contiguous_strides(sizes), kFloat32);
+    if (rows > 0) {
+      const std::vector<float> bv = bias_values(b, out_features);
+      const pt2rt::kernels::LinearRows whole{static_cast<const float*>(rows_of->data()), in_rs, k,
+                             static_cast<const float*>(wk.data()), b != nullptr ? bv.data() : nullptr,
+                             static_cast<float*>(out->data()), out_features, rows, out_features, act};
+      const pt2rt::kernels::LinearKernel kernel = linear_fn();
+      // as libpt2rt_kernels' op splits it: whole panels per thread where each gets 4 or more, else rows in 6s
+      const int64_t threads = rows * k * out_features >= 2 * kParallelWork ? omp_get_max_threads() : 1;
+      const bool by_panels = panels >= 4 * threads;
+      const int64_t units = by_panels ? panels : rows;
+      int64_t piece = (units + threads - 1) / threads;
+      if (!by_panels) piece = (piece + 5) / 6 * 6;
+      const int64_t pieces = (units + piece - 1) / piece;
+#pragma omp parallel for schedule(static) if (pieces > 1)
+      for (int64_t p = 0; p < pieces; ++p) {
+        pt2rt::kernels::LinearRows part = whole;
+        const int64_t u0 = p * piece, u1 = std::min(units, u0 + piece);
+        if (by_panels) {
+          const int64_t c0 = u0 * kLinearPanel;
+          part.weight += u0 * k * kLinearPanel;
+          if (part.bias != nullptr) part.bias += c0;
+          part.out += c0;
+          part.cols = std::min(out_features, u1 * kLinearPanel) - c0;
+        } else {
+          part.in += u0 * in_rs;
+          part.out += u0 * out_features;
+          part.rows = u1 - u0;
+        }
+        kernel(part);
+      }
+    }
+    *ret0 = as_handle(out.release());
+  });
+}
+
 AOTITorchError pt2rt_lite_aoti_torch_cpu_winograd_conv2d(AtenTensorHandle x, AtenTensorHandle weight,
                                                          AtenTensorHandle taps, AtenTensorHandle* bias,
                                                          int64_t out_channels, const int64_t* padding,
@@ -744,10 +834,7 @@ AOTITorchError pt2rt_lite_aoti_torch_cpu_winograd_conv2d(AtenTensorHandle x, Ate
     const ShimTensor& wk = *as_tensor(weight);  // [16, C_in, C_out padded]
     const ShimTensor& tk = *as_tensor(taps);    // [3, 3, C_in, C_out padded]
     const ShimTensor* b = bias != nullptr ? as_tensor(*bias) : nullptr;
-    const int32_t act = pt2rt::kernels::pointwise_activation_code(activation != nullptr ? activation : "");
-    if (act < 0)
-      throw std::invalid_argument(std::string("unknown activation '") + (activation != nullptr ? activation : "") +
-                                  "', expected " + pt2rt::kernels::kPointwiseActivationNames);
+    const int32_t act = activation_code(activation);
     require_float32(in, "x");
     require_float32(wk, "weight");
     require_float32(tk, "taps");

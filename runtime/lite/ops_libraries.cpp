@@ -54,6 +54,7 @@ void* load_one(const std::string& path) {
 bool builtin(const std::string& op) {
   return op == "pt2rt::rnn_layer" || op == "pt2rt::lstm_layer" || op == "pt2rt::depthwise_conv2d" ||
          op == "pt2rt::depthwise_conv2d_act" || op == "pt2rt::pointwise_conv2d" ||
+         op == "pt2rt::linear" ||
          op == "pt2rt::winograd_conv2d" || op == "pt2rt::attention";
 }
 

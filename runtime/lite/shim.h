@@ -128,6 +128,10 @@ PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_cpu_pointwise_conv2d(AtenTe
                                                                           AtenTensorHandle* bias, int64_t out_channels,
                                                                           const char* activation,
                                                                           AtenTensorHandle* ret0);
+// pt2rt::linear (export_tools.linear; ops.cpp): [..., out], contiguous
+PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_cpu_linear(AtenTensorHandle x, AtenTensorHandle weight,
+                                                                AtenTensorHandle* bias, int64_t out_features,
+                                                                const char* activation, AtenTensorHandle* ret0);
 // pt2rt::winograd_conv2d (export_tools.convolutions; ops.cpp): channels-last out
 PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_cpu_winograd_conv2d(
     AtenTensorHandle x, AtenTensorHandle weight, AtenTensorHandle taps, AtenTensorHandle* bias, int64_t out_channels,
@@ -189,5 +193,6 @@ PT2RT_LITE_SHIM AOTITorchError pt2rt_lite_aoti_torch_cpu_attention(AtenTensorHan
   X(aoti_torch_cpu_depthwise_conv2d) \
   X(aoti_torch_cpu_depthwise_conv2d_act) \
   X(aoti_torch_cpu_pointwise_conv2d) \
+  X(aoti_torch_cpu_linear) \
   X(aoti_torch_cpu_winograd_conv2d) \
   X(aoti_torch_cpu_attention)

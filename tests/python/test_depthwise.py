@@ -170,9 +170,9 @@ def test_bad_arguments_are_refused_naming_what():
         op(x, w, b, [0, 1], [1, 1], [1, 1])
     with pytest.raises(RuntimeError, match=r"the 3x3 kernel .* is larger than the padded input 5x5"):
         op(x, w, b, [1, 1], [0, 0], [3, 3])
-    with pytest.raises(RuntimeError, match="pt2rt::depthwise_conv2d_act: unknown activation 'gelu', expected none, "
-                                           "relu, relu6, hardswish, hardsigmoid, silu or sigmoid"):
-        torch.ops.pt2rt.depthwise_conv2d_act(x, w, b, [1, 1], [1, 1], [1, 1], "gelu")
+    with pytest.raises(RuntimeError, match="pt2rt::depthwise_conv2d_act: unknown activation 'tanh', expected none, "
+                                           "relu, relu6, hardswish, hardsigmoid, silu, sigmoid or gelu"):
+        torch.ops.pt2rt.depthwise_conv2d_act(x, w, b, [1, 1], [1, 1], [1, 1], "tanh")
     with pytest.raises(RuntimeError, match=r"pt2rt::depthwise_conv2d_act: x has 8 channels, weight 4"):
         torch.ops.pt2rt.depthwise_conv2d_act(x, torch.zeros(3, 3, 4), b, [1, 1], [1, 1], [1, 1], "relu")
 
