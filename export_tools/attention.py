@@ -83,24 +83,12 @@ def fuse(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
     return ep
 
 
-_registered = False
+def _attention(q, k, v, scale):
+    # [B, L_q, H, D_v] in memory (the kernel's): the heads' transpose and view after it cost no copy
+    return q.new_empty((q.shape[0], q.shape[2], q.shape[1], v.shape[3])).transpose(1, 2)
 
 
 def register() -> bool:
-    """The op's output for tracing; once per process, after the library loaded. False where the loaded library
-    lacks the op (one older than this module)."""
-    global _registered
-    if _registered:
-        return True
-    try:
-        torch._C._get_schema(OP, "")
-    except RuntimeError:
-        return False
-
-    @torch.library.register_fake(OP)
-    def _attention(q, k, v, scale):
-        # [B, L_q, H, D_v] in memory (the kernel's): the heads' transpose and view after it cost no copy
-        return q.new_empty((q.shape[0], q.shape[2], q.shape[1], v.shape[3])).transpose(1, 2)
-
-    _registered = True
-    return True
+    """The op's output for tracing (once per process, after the library loaded); False where the loaded library
+    lacks the op."""
+    return recurrent.register_fake(OP, _attention)

@@ -90,7 +90,7 @@ def _pair(v) -> list[int] | None:
     return v if len(v) == 2 and all(isinstance(i, int) for i in v) else None
 
 
-def _example_numel(t: torch.Tensor | torch.Size) -> int:
+def example_numel(t: torch.Tensor | torch.Size) -> int:
     """t's elements (or a shape's) at the example's sizes (a dynamic dim's hint; one without a hint counts as past
     any limit)."""
     n = 1
@@ -118,7 +118,7 @@ def _depthwise(node: torch.fx.Node) -> bool:
     if xv.dim() != 4 or wv.dim() != 4 or not all(_pair(v) is not None for v in (stride, padding, dilation)):
         return False
     channels = wv.shape[0]
-    if _example_numel(xv) * xv.element_size() > MAX_INPUT_BYTES:
+    if example_numel(xv) * xv.element_size() > MAX_INPUT_BYTES:
         return False
     return (isinstance(groups, int) and groups > 1 and isinstance(channels, int) and groups == channels
             and wv.shape[1] == 1 and xv.shape[1] == channels)
@@ -131,7 +131,7 @@ def _channels_last_val(call: torch.fx.Node, replaced: torch.fx.Node) -> None:
         call.meta["val"] = val.contiguous(memory_format=torch.channels_last)
 
 
-def _float_cpu(*nodes) -> bool:
+def float_cpu(*nodes) -> bool:
     return all(n is None or (isinstance(n, torch.fx.Node) and isinstance(n.meta.get("val"), torch.Tensor)
                              and n.meta["val"].dtype == torch.float32 and n.meta["val"].device.type == "cpu")
                for n in nodes)
@@ -142,7 +142,7 @@ def _pointwise(node: torch.fx.Node) -> bool:
     if args is None:
         return False
     x, w, b, stride, padding, _dilation, groups = args
-    if x is None or w is None or not _float_cpu(x, w, b):
+    if x is None or w is None or not float_cpu(x, w, b):
         return False
     xv, wv = x.meta["val"], w.meta["val"]
     return (xv.dim() == 4 and wv.dim() == 4 and groups == 1 and _pair(stride) == [1, 1] and _pair(padding) == [0, 0]
@@ -155,7 +155,7 @@ def _winograd(node: torch.fx.Node) -> bool:
     if args is None:
         return False
     x, w, b, stride, padding, dilation, groups = args
-    if x is None or w is None or not _float_cpu(x, w, b) or not isinstance(node.meta.get("val"), torch.Tensor):
+    if x is None or w is None or not float_cpu(x, w, b) or not isinstance(node.meta.get("val"), torch.Tensor):
         return False
     xv, wv, yv = x.meta["val"], w.meta["val"], node.meta["val"]
     if xv.dim() != 4 or wv.dim() != 4 or groups != 1 or _pair(stride) != [1, 1] or _pair(dilation) != [1, 1]:
@@ -165,18 +165,18 @@ def _winograd(node: torch.fx.Node) -> bool:
         return False
     cout, cin = wv.shape[:2]
     return (xv.shape[1] == cin and min(cin, cout) >= WINOGRAD_MIN_CHANNELS and cin * cout <= WINOGRAD_MAX_PRODUCT
-            and _example_numel(yv.shape[2:]) >= WINOGRAD_MIN_OUTPUTS)
+            and example_numel(yv.shape[2:]) >= WINOGRAD_MIN_OUTPUTS)
 
 
 # activations the pointwise kernel applies: target -> its name there (hardtanh: only as ReLU6, checked below)
-_ACTIVATIONS = {aten.relu.default: "relu", aten.relu_.default: "relu", aten.hardswish.default: "hardswish",
+ACTIVATIONS = {aten.relu.default: "relu", aten.relu_.default: "relu", aten.hardswish.default: "hardswish",
                 aten.hardswish_.default: "hardswish", aten.hardsigmoid.default: "hardsigmoid",
                 aten.hardsigmoid_.default: "hardsigmoid", aten.hardtanh.default: "relu6",
                 aten.hardtanh_.default: "relu6", aten.silu.default: "silu", aten.silu_.default: "silu",
                 aten.sigmoid.default: "sigmoid", aten.sigmoid_.default: "sigmoid"}
 
 
-def _only_user(node: torch.fx.Node) -> torch.fx.Node | None:
+def only_user(node: torch.fx.Node) -> torch.fx.Node | None:
     users = list(node.users)
     return users[0] if len(users) == 1 and users[0].op == "call_function" else None
 
@@ -186,7 +186,7 @@ def _eval_batch_norm(node: torch.fx.Node | None, channels: int) -> bool:
     if node is None or node.target is not aten.batch_norm.default or len(node.args) < 8:
         return False
     _x, gamma, beta, mean, var, training, _momentum, eps = node.args[:8]
-    return (training is False and isinstance(eps, float) and _float_cpu(gamma, beta, mean, var)
+    return (training is False and isinstance(eps, float) and float_cpu(gamma, beta, mean, var)
             and all(isinstance(t, torch.fx.Node) and tuple(t.meta["val"].shape) == (channels,) for t in (mean, var))
             and all(t is None or tuple(t.meta["val"].shape) == (channels,) for t in (gamma, beta)))
 
@@ -195,14 +195,14 @@ def _pointwise_chain(conv: torch.fx.Node) -> tuple[torch.fx.Node | None, torch.f
     """The batch norm and the activation that follow `conv` alone (each None where there is none), and the
     activation's name for the kernel."""
     channels = conv.meta["val"].shape[1]
-    bn = _only_user(conv)
+    bn = only_user(conv)
     bn = bn if _eval_batch_norm(bn, channels) else None
-    act = _only_user(bn if bn is not None else conv)
-    if act is None or act.target not in _ACTIVATIONS or act.args[0] is not (bn if bn is not None else conv):
+    act = only_user(bn if bn is not None else conv)
+    if act is None or act.target not in ACTIVATIONS or act.args[0] is not (bn if bn is not None else conv):
         return bn, None, "none"
     if act.target in (aten.hardtanh.default, aten.hardtanh_.default) and tuple(act.args[1:3]) != (0.0, 6.0):
         return bn, None, "none"
-    return bn, act, _ACTIVATIONS[act.target]
+    return bn, act, ACTIVATIONS[act.target]
 
 
 def _fold_batch_norm(graph: torch.fx.Graph, bn: torch.fx.Node, weight: torch.fx.Node, b: torch.fx.Node | None,
@@ -329,7 +329,7 @@ def _within_budget(ep: torch.export.ExportedProgram, convs: list[torch.fx.Node])
                   if isinstance(t, torch.Tensor))
     left = WINOGRAD_EXTRA_FRACTION * weights + WINOGRAD_EXTRA_BYTES
     chosen = set()
-    for conv in sorted(convs, key=lambda n: _winograd_extra_bytes(n) / _example_numel(n.meta["val"].shape[2:])):
+    for conv in sorted(convs, key=lambda n: _winograd_extra_bytes(n) / example_numel(n.meta["val"].shape[2:])):
         if _winograd_extra_bytes(conv) <= left:
             left -= _winograd_extra_bytes(conv)
             chosen.add(conv)

@@ -21,7 +21,7 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from . import attention, compat, convolutions, cpu, dynamic, libraries, recurrent
+from . import attention, compat, convolutions, cpu, dynamic, libraries, linear, recurrent
 from . import golden as _golden
 from . import lite as _lite
 from ._version import read as _version
@@ -172,6 +172,8 @@ def _export_checked(model: torch.nn.Module, inputs: list[torch.Tensor], plan: _P
             # Winograd's weights transformed once where they are folded into constants, not on every call
             ep = convolutions.fuse(recurrent.fuse(ep), winograd=plan.optimize == "fold")
             ep = attention.fuse(ep)
+            if plan.optimize == "fold":  # the weights' panels laid out once, not on every call
+                ep = linear.fuse(ep)
         used = _custom_calls(ep)
         lite_ops = _lite.refuse_unrunnable(used, ep) if plan.lite else {}
         spec = _spec(ep, path, device, dims, used, plan.metadata, len(expected))

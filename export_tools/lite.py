@@ -45,11 +45,12 @@ SHIM_FUNCTIONS = frozenset({
     "aoti_torch_cpu__scaled_dot_product_flash_attention_for_cpu",
     "aoti_torch_cpu_rnn_layer", "aoti_torch_cpu_lstm_layer", "aoti_torch_cpu_depthwise_conv2d",
     "aoti_torch_cpu_depthwise_conv2d_act", "aoti_torch_cpu_pointwise_conv2d", "aoti_torch_cpu_winograd_conv2d",
+    "aoti_torch_cpu_linear",
     "aoti_torch_cpu_attention",
 })
 # Custom ops the lite runtime runs itself (the recurrent layers export_tools.recurrent makes, runtime/lite/rnn.cpp;
-# the depthwise, pointwise and Winograd convolutions of export_tools.convolutions and export_tools.attention's
-# attention, runtime/lite/ops.cpp),
+# the depthwise, pointwise and Winograd convolutions of export_tools.convolutions, export_tools.linear's linear
+# layers and export_tools.attention's attention, runtime/lite/ops.cpp),
 # called by the C function inductor is told to call in their place (aot_inductor.custom_ops_to_c_shims)
 BUILTIN_OPS = {
     "pt2rt::rnn_layer": "AOTITorchError aoti_torch_cpu_rnn_layer(AtenTensorHandle gi, AtenTensorHandle h0, "
@@ -72,6 +73,8 @@ BUILTIN_OPS = {
     "pt2rt::pointwise_conv2d": "AOTITorchError aoti_torch_cpu_pointwise_conv2d(AtenTensorHandle x, "
                                "AtenTensorHandle weight, AtenTensorHandle* bias, int64_t out_channels, "
                                "const char* activation, AtenTensorHandle* ret0)",
+    "pt2rt::linear": "AOTITorchError aoti_torch_cpu_linear(AtenTensorHandle x, AtenTensorHandle weight, "
+                     "AtenTensorHandle* bias, int64_t out_features, const char* activation, AtenTensorHandle* ret0)",
     "pt2rt::winograd_conv2d": "AOTITorchError aoti_torch_cpu_winograd_conv2d(AtenTensorHandle x, "
                               "AtenTensorHandle weight, AtenTensorHandle taps, AtenTensorHandle* bias, "
                               "int64_t out_channels, const int64_t* padding, int64_t padding_len_, "

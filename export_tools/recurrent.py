@@ -74,6 +74,23 @@ def _registered() -> bool:
         return False
 
 
+_fakes: set[str] = set()
+
+
+def register_fake(op: str, fn) -> bool:
+    """fn as op's output for tracing, once per process, after the library loaded; False where the loaded library
+    lacks op (one older than export_tools)."""
+    if op in _fakes:
+        return True
+    try:
+        torch._C._get_schema(op, "")
+    except RuntimeError:
+        return False
+    torch.library.register_fake(op)(fn)
+    _fakes.add(op)
+    return True
+
+
 _fakes_registered = False
 
 

@@ -361,6 +361,38 @@ mutant("export: attention with a mask rewritten as pt2rt::attention", "export_to
        '    if (args["attn_mask"] is not None or args["dropout_p"] != 0.0 or args["is_causal"] is not False',
        '    if (args["dropout_p"] != 0.0 or args["is_causal"] is not False',
        pytest("tests/python/test_attention.py", "-k", "rewritten"))
+mutant("kernels: linear's blocks of weight rows after the first start from the bias again",
+       "runtime/kernels/pointwise_impl.h", "      if (blk.k0 == 0) acc[i][v] = blk.init[v];",
+       "      if (true) acc[i][v] = blk.init[v];",
+       pytest("tests/python/test_linear.py", "-k", "input_order"))
+mutant("kernels: linear's activation applied after every block of weight rows", "runtime/kernels/pointwise_impl.h",
+       "  if (blk.k1 == a.k && blk.act.any) {",
+       "  if (blk.act.any) {",
+       pytest("tests/python/test_linear.py", "-k", "input_order"))
+mutant("kernels: GELU's erf without its sign (erf(-x) = erf(x))", "runtime/kernels/pointwise_impl.h",
+       "    storev(p + i * L, y * half * (one + (x < splat(0.0f) ? -m : m)));",
+       "    storev(p + i * L, y * half * (one + m));",
+       pytest("tests/python/test_linear.py", "-k", "gelu_as_eager"))
+mutant("kernels: linear's threads split by panels from the second panel's columns", "runtime/kernels/pointwise.cpp",
+       "      part.weight += p0 * k * kLinearPanel;", "      part.weight += p0 * kLinearPanel;",
+       pytest("tests/python/test_linear.py", "-k", "thread_count"))
+mutant("lite: linear reads a 3-d view's rows as if contiguous", "runtime/lite/ops.cpp",
+       "    if (!strided_rows && !in.is_contiguous()) {", "    if (false) {",
+       pytest("tests/python/test_lite.py", "-k", "matches_eager"))
+mutant("export: a linear layer whose weight is tied to an embedding rewritten (its weight stored twice)",
+       "export_tools/linear.py",
+       "    return (_weight_constant(ep, w) and all(_args(u) is not None and _args(u)[1] is w for u in w.users)",
+       "    return (_weight_constant(ep, w)", pytest("tests/python/test_linear.py", "-k", "rewritten"))
+mutant("export: tanh-approximated GELU fused as exact GELU", "export_tools/linear.py",
+       '            "approximate", act.args[1] if len(act.args) > 1 else "none") != "none":',
+       '            "approximate", act.args[1] if len(act.args) > 1 else "none") == "never":',
+       pytest("tests/python/test_linear.py", "-k", "rewritten"))
+mutant("export: linear layers of any row count rewritten", "export_tools/linear.py",
+       "            and convolutions.example_numel(xv.shape[:-1]) <= MAX_ROWS and not _packed_by_onednn(x))",
+       "            and not _packed_by_onednn(x))", pytest("tests/python/test_linear.py", "-k", "many_rows"))
+mutant("export: static-row linear layers rewritten where oneDNN packs them", "export_tools/linear.py",
+       "<= MAX_ROWS and not _packed_by_onednn(x))", "<= MAX_ROWS)",
+       pytest("tests/python/test_linear.py", "-k", "oneDNN_packs"))
 mutant("kernels: the product's rows of 4 done for the first strip of each panel only", "runtime/kernels/rnn_impl.h",
        "    for (int64_t j = 0; j < kPanel; j += kStrip) {", "    for (int64_t j = 0; j < kStrip; j += kStrip) {",
        pytest("tests/python/test_recurrent.py", "-k", "kernel_gives"))
@@ -396,7 +428,7 @@ mutant("kernels: a depthwise row's slid blocks reach one pixel into the right bo
        "  const bool inside = ox >= inner0 && ox + kPix <= inner1 + 1;",
        pytest("tests/python/test_depthwise.py", "-k", "torchs_answer and not isa"))
 mutant("kernels: a pointwise tile leaves out its last partial vector of columns", "runtime/kernels/pointwise_impl.h",
-       "      else if (v * L < left) pw_store_part(out + v * L, acc[i][v], left - v * L);", "",
+       "      else if (v * L < left) pw_store_part(out + i * out_rs + v * L, acc[i][v], left - v * L);", "",
        pytest("tests/python/test_pointwise.py", "-k", "torchs_answer and not isa"))
 mutant("kernels: the pointwise clamps turn NaN into their bound", "runtime/kernels/pointwise_impl.h",
        "  t = t < a.lo ? a.lo : t;", "  t = t > a.lo ? t : a.lo;",

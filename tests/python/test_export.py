@@ -398,7 +398,8 @@ def test_recurrent_layers_hold_each_weight_once(tmp_path):
     torch.manual_seed(0)
     model = RecurrentStack().eval()
     path = export_package(model, (torch.randn(1, 16, 64),), tmp_path / "rnn.pt2", golden=2)
-    assert sorted((op["name"], op["library"]) for op in read_spec(path)["custom_ops"]) == \
+    ops = sorted((op["name"], op["library"]) for op in read_spec(path)["custom_ops"])
+    assert [op for op in ops if op[0] != "pt2rt::linear"] == \
         [("pt2rt::lstm_layer", "libpt2rt_kernels.so"), ("pt2rt::rnn_layer", "libpt2rt_kernels.so")]
     with zipfile.ZipFile(path) as z:
         library = sum(i.file_size for i in z.infolist() if i.filename.endswith(".so"))
@@ -579,6 +580,7 @@ def test_optimize_folds_the_weights_by_default_keeping_nan_as_eager(tmp_path, mo
     # the spec names the class the native variant's weights are packed for; the runtimes pass it over elsewhere
     spec = read_spec(tmp_path / "fold.pt2")
     assert [v.get("packed_for") for v in spec["variants"]] == [packed_for, None]
+    # (the linear layer's 288 rows are past export_tools.linear's bound: ATen's product)
     assert sorted(op["name"] for op in spec["custom_ops"]) == ["pt2rt::depthwise_conv2d_act", "pt2rt::lstm_layer",
                                                                 "pt2rt::pointwise_conv2d"]
     if packed_for is not None:

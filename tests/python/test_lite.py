@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 class Tagger(torch.nn.Module):
     """Convolutions of every kind lite's shim runs (dense, strided, grouped, depthwise, pointwise with its batch norm
-    and activation, 3x3 by Winograd's, 1-d; channels-last and contiguous), products (linear, batched), attention
+    and activation, 3x3 by Winograd's, 1-d; channels-last and contiguous), products (linear: ATen's and pt2rt's
+    kernel; batched), attention
     (causal, with a mask, and plain: pt2rt's kernel), and what inductor generates itself (norms, GELU's erf from Sleef, softmax)."""
 
     def __init__(self):
@@ -61,7 +62,9 @@ class Tagger(torch.nn.Module):
         masked = torch.nn.functional.scaled_dot_product_attention(heads, heads.flip(2), heads, attn_mask=bias)
         plain = torch.nn.functional.scaled_dot_product_attention(heads, heads.flip(2), heads.flip(1))  # pt2rt's
         z = (causal + masked + plain).transpose(1, 2).reshape(n, p, 64)
-        return self.head(attn @ y + z).mean(1), y.amax(1)
+        z = z + 0.1 * (y @ self.proj.weight)  # proj's weight also outside a linear layer: proj stays ATen's (addmm)
+        # head: pt2rt's linear kernel (5 of a panel's 16 columns) on a transposed view, whose rows lite gathers
+        return self.head((attn @ y + z).transpose(0, 1)).mean(0), y.amax(1)
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +120,7 @@ def test_lite_library_needs_no_libtorch(package):
     assert {"aoti_torch_cpu_convolution", "aoti_torch_cpu__scaled_dot_product_flash_attention_for_cpu",
             "aoti_torch_cpu_addmm_out", "aoti_torch_cpu_pointwise_conv2d", "aoti_torch_cpu_depthwise_conv2d",
             "aoti_torch_cpu_depthwise_conv2d_act", "aoti_torch_cpu_winograd_conv2d",
-            "aoti_torch_cpu_attention"} <= set(variant["shim"])
+            "aoti_torch_cpu_attention", "aoti_torch_cpu_linear"} <= set(variant["shim"])
     assert not [n for n in variant["needed"] if re.search(r"torch|c10|python", n)]
     # the full variants are as they were: the package still runs in the full runtime
     assert [v["isa"] for v in spec["variants"]] == ["native"]
@@ -678,7 +681,7 @@ def test_recurrent_layers_run_in_lite_equal_to_eager(tmp_path):
     path = export_package(model, (torch.randint(0, 100, (3, 7)),), tmp_path / "recurrent.pt2", lite=True,
                           cpu_isa="default")
     spec = read_spec(path)
-    assert {op["name"] for op in spec["custom_ops"]} == {"pt2rt::rnn_layer", "pt2rt::lstm_layer"}
+    assert {op["name"] for op in spec["custom_ops"]} == {"pt2rt::rnn_layer", "pt2rt::lstm_layer", "pt2rt::linear"}
     for kernels in ("baseline", ""):
         env = dict(__import__("os").environ, PT2RT_LITE_KERNELS=kernels)
         result = subprocess.run([str(_pt2run_lite()), "verify", str(path)], capture_output=True, text=True, env=env)

@@ -1,0 +1,145 @@
+"""Linear layers as `pt2rt::linear` (libpt2rt_kernels.so): ATen's CPU linear layer is MKL's sgemm, which copies the
+weight into its own packed form on every call (on AMD CPUs in its generic AVX2 code) and leaves the bias and what
+follows to another pass. pt2rt's kernel reads a weight laid out once, at export, in panels of 16 columns
+([ceil(out / 16), in, 16], zeros past the last column; runtime/kernels/pointwise.h's LinearRows) and applies the bias
+and the activation that follows alone - ReLU, ReLU6, hardswish, hardsigmoid, SiLU, sigmoid or GELU (exact, eager's
+erf) - to each tile in registers before it is stored. docs/export.md has the numbers.
+
+`fuse(ep)` rewrites each `aten.linear` of a CPU float32 graph whose weight is a parameter or constant of the model
+used by linear layers only (a weight also used elsewhere, e.g. tied to an embedding, would be stored twice), whose
+input has a static feature count and at most MAX_ROWS rows at the example's sizes. Where oneDNN packs a linear layer's weight in the native variant (an AVX-512
+export machine, a static row count: export_tools.passes) that layer stays ATen's. Each output sums its products in
+input order, the same at any thread count; outputs differ from MKL's by rounding only. Without the kernels library
+the graph stays as it is, with a warning.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import torch
+
+from . import convolutions, passes, recurrent
+
+aten = torch.ops.aten
+log = logging.getLogger("export_tools")
+
+OP = "pt2rt::linear"
+PANEL = 16  # runtime/kernels/pointwise.h's kLinearPanel
+# Layers of more rows (at the example's sizes) stay ATen's: there MKL's product, whose copy of the weight is then a
+# small part of it, was as fast or faster (AMD EPYC Zen 3, one thread: BERT-base's layers at 128 rows 0.96x MKL's
+# time in the model, at 1024 rows 1.07x; ViT-Tiny's at 197 rows 0.95x, at 1576 rows 1.01x).
+MAX_ROWS = 256
+# what follows alone, fused: convolutions' activations and exact GELU
+_ACTIVATIONS = {**convolutions.ACTIVATIONS, aten.gelu.default: "gelu", aten.gelu_.default: "gelu"}
+
+
+def _weight_constant(ep: torch.export.ExportedProgram, w: torch.fx.Node) -> bool:
+    sig = ep.graph_signature
+    return w.op == "placeholder" and (w.name in sig.inputs_to_parameters or w.name in sig.inputs_to_buffers
+                                      or w.name in sig.inputs_to_lifted_tensor_constants)
+
+
+def _args(node: torch.fx.Node) -> tuple | None:
+    if node.op != "call_function" or node.target is not aten.linear.default:
+        return None
+    x, w, b = (*node.args, None)[:3]
+    b = node.kwargs.get("bias", b)
+    return x, w, b
+
+
+def _packed_by_onednn(x: torch.fx.Node) -> bool:
+    """oneDNN packs this layer's weight in the native variant: an AVX-512 machine and a static row count."""
+    rows = x.meta["val"].shape[:-1]
+    return (passes.onednn_class() == "avx512" and torch.backends.mkldnn.is_available()
+            and all(isinstance(d, int) for d in rows))
+
+
+def _fusable(ep: torch.export.ExportedProgram, node: torch.fx.Node) -> bool:
+    args = _args(node)
+    if args is None:
+        return False
+    x, w, b = args
+    if not isinstance(x, torch.fx.Node) or not isinstance(w, torch.fx.Node) or not convolutions.float_cpu(x, w, b):
+        return False
+    xv, wv = x.meta["val"], w.meta["val"]
+    if (wv.dim() != 2 or xv.dim() < 1 or not all(isinstance(d, int) for d in wv.shape) or wv.shape[0] == 0
+            or xv.shape[-1] != wv.shape[1] or not isinstance(xv.shape[-1], int)):
+        return False
+    if b is not None and (b.meta["val"].dim() != 1 or b.meta["val"].shape[0] != wv.shape[0]):
+        return False
+    return (_weight_constant(ep, w) and all(_args(u) is not None and _args(u)[1] is w for u in w.users)
+            and convolutions.example_numel(xv.shape[:-1]) <= MAX_ROWS and not _packed_by_onednn(x))
+
+
+def _activation(node: torch.fx.Node) -> tuple[torch.fx.Node | None, str]:
+    act = convolutions.only_user(node)
+    if act is None or act.target not in _ACTIVATIONS or act.args[0] is not node:
+        return None, "none"
+    if act.target in (aten.hardtanh.default, aten.hardtanh_.default) and tuple(act.args[1:3]) != (0.0, 6.0):
+        return None, "none"
+    if act.target in (aten.gelu.default, aten.gelu_.default) and act.kwargs.get(
+            "approximate", act.args[1] if len(act.args) > 1 else "none") != "none":
+        return None, "none"
+    return act, _ACTIVATIONS[act.target]
+
+
+def _packed(graph: torch.fx.Graph, w: torch.fx.Node) -> torch.fx.Node:
+    """w [out, in] as panels [ceil(out / 16), in, 16] (folded into a constant by the compile's freezing)."""
+    out, k = w.meta["val"].shape
+    panels = math.ceil(out / PANEL)
+    call_fn = graph.call_function
+    with graph.inserting_after(w):
+        padded = call_fn(aten.constant_pad_nd.default, (w, [0, 0, 0, panels * PANEL - out], 0.0))
+        with graph.inserting_after(padded):
+            view = call_fn(aten.view.default, (padded, [panels, PANEL, k]))
+        with graph.inserting_after(view):
+            permuted = call_fn(aten.permute.default, (view, [0, 2, 1]))
+        with graph.inserting_after(permuted):
+            packed = call_fn(aten.clone.default, (permuted,), {"memory_format": torch.contiguous_format})
+    return packed
+
+
+def fuse(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+    """Rewrites ep's linear layers (in place) as described above; returns ep."""
+    calls = [n for n in ep.graph.nodes if _fusable(ep, n)]
+    if not calls:
+        return ep
+    if not recurrent.load_kernels() or not register():
+        log.warning("%s not found: the model's %d linear layer(s) stay ATen's", recurrent.LIBRARY_NAME, len(calls))
+        return ep
+    log.info("%d linear layer(s) as pt2rt::linear: the package needs %s beside the runtime", len(calls),
+             recurrent.LIBRARY_NAME)
+    graph = ep.graph
+    weights: dict[torch.fx.Node, torch.fx.Node] = {}
+    for node in calls:
+        x, w, b = _args(node)
+        if w not in weights:
+            weights[w] = _packed(graph, w)
+        act, name = _activation(node)
+        last = act if act is not None else node
+        with graph.inserting_before(last):
+            call = graph.call_function(torch.ops.pt2rt.linear.default,
+                                       (x, weights[w], b, w.meta["val"].shape[0], name))
+        call.meta.update({k: v for k, v in node.meta.items() if k in ("stack_trace", "nn_module_stack")})
+        val = last.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            call.meta["val"] = val.contiguous()
+        last.replace_all_uses_with(call)
+        for n in (act, node):
+            if n is not None:
+                graph.erase_node(n)
+    graph.eliminate_dead_code()
+    ep.graph_module.recompile()
+    return ep
+
+
+def _linear(x, weight, bias, out_features, activation):
+    return x.new_empty((*x.shape[:-1], out_features))
+
+
+def register() -> bool:
+    """The op's output for tracing (once per process, after the library loaded); False where the loaded library
+    lacks the op."""
+    return recurrent.register_fake(OP, _linear)
