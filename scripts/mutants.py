@@ -374,7 +374,7 @@ mutant("kernels: GELU's erf without its sign (erf(-x) = erf(x))", "runtime/kerne
        "    storev(p + i * L, y * half * (one + m));",
        pytest("tests/python/test_linear.py", "-k", "gelu_as_eager"))
 mutant("kernels: linear's threads split by panels from the second panel's columns", "runtime/kernels/pointwise.cpp",
-       "      part.weight += p0 * k * kLinearPanel;", "      part.weight += p0 * kLinearPanel;",
+       "        part.weight += u0 * k * kLinearPanel;", "        part.weight += u0 * kLinearPanel;",
        pytest("tests/python/test_linear.py", "-k", "thread_count"))
 mutant("lite: linear reads a 3-d view's rows as if contiguous", "runtime/lite/ops.cpp",
        "    if (!strided_rows && !in.is_contiguous()) {", "    if (false) {",

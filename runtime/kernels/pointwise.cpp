@@ -101,7 +101,8 @@ at::Tensor linear_cpu(const at::Tensor& x, const at::Tensor& weight, const std::
   using pt2rt::kernels::kLinearPanel;
   const int32_t act = checked_activation(op, x, weight, bias_opt, activation);
   const bool has_bias = bias_opt.has_value() && bias_opt->defined();
-  TORCH_CHECK(x.dim() >= 1 && weight.dim() == 3 && out_features > 0 && (!has_bias || bias_opt->dim() == 1), op,
+  TORCH_CHECK(out_features > 0, op, ": expected out_features > 0, got ", out_features);
+  TORCH_CHECK(x.dim() >= 1 && weight.dim() == 3 && (!has_bias || bias_opt->dim() == 1), op,
               ": expected x [..., in], weight [panels, in, ", kLinearPanel, "] and bias [out], got ", x.sizes(), ", ",
               weight.sizes(), " and ", has_bias ? bias_opt->sizes() : at::IntArrayRef{});
   const int64_t k = x.size(-1), panels = (out_features + kLinearPanel - 1) / kLinearPanel;
@@ -124,28 +125,30 @@ at::Tensor linear_cpu(const at::Tensor& x, const at::Tensor& weight, const std::
                          has_bias ? b.data_ptr<float>() : nullptr, out.data_ptr<float>(), out_features, rows,
                          out_features, act};
   const int64_t threads = rows * k * out_features >= 2 * kWorkPerPiece ? at::get_num_threads() : 1;
-  // each output is computed whole by one thread, in the same order at any thread count
-  if (panels >= kLinearPanelsPerThread * threads) {
-    at::parallel_for(0, panels, (panels + threads - 1) / threads, [&](int64_t p0, int64_t p1) {
+  // pieces of whole panels, or of rows in multiples of 6, one per thread (lite cuts them the same way); each output
+  // is computed whole by one thread, in the same order at any thread count
+  const bool by_panels = panels >= kLinearPanelsPerThread * threads;
+  const int64_t units = by_panels ? panels : rows;
+  int64_t piece = (units + threads - 1) / threads;
+  if (!by_panels) piece = (piece + kLinearRowsMultiple - 1) / kLinearRowsMultiple * kLinearRowsMultiple;
+  at::parallel_for(0, (units + piece - 1) / piece, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
       LinearRows part = whole;
-      const int64_t c0 = p0 * kLinearPanel;
-      part.weight += p0 * k * kLinearPanel;
-      if (part.bias != nullptr) part.bias += c0;
-      part.out += c0;
-      part.cols = std::min(out_features, p1 * kLinearPanel) - c0;
+      const int64_t u0 = p * piece, u1 = std::min(units, u0 + piece);
+      if (by_panels) {
+        const int64_t c0 = u0 * kLinearPanel;
+        part.weight += u0 * k * kLinearPanel;
+        if (part.bias != nullptr) part.bias += c0;
+        part.out += c0;
+        part.cols = std::min(out_features, u1 * kLinearPanel) - c0;
+      } else {
+        part.in += u0 * whole.in_rs;
+        part.out += u0 * out_features;
+        part.rows = u1 - u0;
+      }
       kernel(part);
-    });
-  } else {
-    int64_t grain = (rows + threads - 1) / threads;
-    grain = (grain + kLinearRowsMultiple - 1) / kLinearRowsMultiple * kLinearRowsMultiple;
-    at::parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) {
-      LinearRows part = whole;
-      part.in += r0 * whole.in_rs;
-      part.out += r0 * out_features;
-      part.rows = r1 - r0;
-      kernel(part);
-    });
-  }
+    }
+  });
   return out;
 }
 

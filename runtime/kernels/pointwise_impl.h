@@ -349,7 +349,8 @@ inline void lin_columns(const pt2rt::kernels::LinearRows& a, const LinPass& pass
   if (next < pass.c1 && pass.r0 == 0) {  // later blocks of rows find them in L2
     ahead = reinterpret_cast<const char*>(a.weight + (next / kLinPanel * a.k + k0) * kLinPanel);
     panel_lines = (k1 - k0) * kLinPanel * static_cast<int64_t>(sizeof(float)) / 64;
-    lines = panel_lines * ((V * L + kLinPanel - 1) / kLinPanel);
+    const int64_t cols = pass.c1 - next < V * L ? pass.c1 - next : V * L;  // the group's, no further
+    lines = panel_lines * ((cols + kLinPanel - 1) / kLinPanel);
   }
   const int64_t tiles = (n + R - 1) / R, share = (lines + tiles - 1) / tiles;
   int64_t fetched = 0;
@@ -380,6 +381,7 @@ inline void lin_columns(const pt2rt::kernels::LinearRows& a, const LinPass& pass
 }
 
 void linear(const pt2rt::kernels::LinearRows& a) {
+  if (a.rows <= 0 || a.cols <= 0) return;
   const PwActivation act = pw_activation(a.activation);
   const int64_t blocks = a.k > kLinDepth ? (a.k + kLinDepth - 1) / kLinDepth : 1;
   const int64_t depth = (a.k + blocks - 1) / blocks;

@@ -26,6 +26,13 @@ void require_float32(const ShimTensor& t, const char* what) {
                                 "; lite's kernels take float32");
 }
 
+// [2, 3, 4]
+std::string shape_text(const std::vector<int64_t>& sizes) {
+  std::string text = "[";
+  for (size_t d = 0; d < sizes.size(); ++d) text += (d > 0 ? ", " : "") + std::to_string(sizes[d]);
+  return text + "]";
+}
+
 // a pointwise.h activation name's code; an unknown one is the call's error
 int32_t activation_code(const char* activation) {
   const std::string name = activation != nullptr ? activation : "";
@@ -767,12 +774,16 @@ AOTITorchError pt2rt_lite_aoti_torch_cpu_linear(AtenTensorHandle x, AtenTensorHa
     require_float32(wk, "weight");
     if (b != nullptr) require_float32(*b, "bias");
     const int64_t k = in.dim() >= 1 ? in.sizes.back() : -1, panels = (out_features + kLinearPanel - 1) / kLinearPanel;
+    // dense: each dim of more than one entry where the layout puts it
     if (in.dim() < 1 || out_features <= 0 || wk.dim() != 3 || wk.sizes[0] != panels || wk.sizes[1] != k ||
-        wk.sizes[2] != kLinearPanel || wk.strides[2] != 1 || wk.strides[1] != kLinearPanel ||
-        wk.strides[0] != k * kLinearPanel || (b != nullptr && (b->dim() != 1 || b->sizes[0] != out_features)))
-      throw std::invalid_argument("expected x [..., in], a dense weight [ceil(out / " + std::to_string(kLinearPanel) +
-                                  "), in, " + std::to_string(kLinearPanel) + "] and bias [out] for " +
-                                  std::to_string(out_features) + " features out");
+        wk.sizes[2] != kLinearPanel || wk.strides[2] != 1 || (k > 1 && wk.strides[1] != kLinearPanel) ||
+        (panels > 1 && k > 0 && wk.strides[0] != k * kLinearPanel) ||
+        (b != nullptr && (b->dim() != 1 || b->sizes[0] != out_features)))
+      throw std::invalid_argument("x has " + std::to_string(k) + " features and " + std::to_string(out_features) +
+                                  " come out; expected a dense weight [" + std::to_string(panels) + ", " +
+                                  std::to_string(k) + ", " + std::to_string(kLinearPanel) + "] and bias [" +
+                                  std::to_string(out_features) + "], got " + shape_text(wk.sizes) + " and " +
+                                  (b != nullptr ? shape_text(b->sizes) : std::string("none")));
     // rows k floats apart (x as torch lays it out), or a 2-d x's rows anywhere, each contiguous; else a copy
     std::unique_ptr<ShimTensor> copy;
     const ShimTensor* rows_of = &in;

@@ -525,8 +525,9 @@ TEST(Runtime, ReductionsRunOnMoreThreadsThanTheExportHad) {
   pt2rt::set_num_threads(before);
 }
 
-// GRU and RNN layers run through libpt2rt_kernels.so's pt2rt::rnn_layer (export_tools/recurrent.py): a package
-// names that library like any ops library, and the runtime finds it next to libpt2rt.so with nothing given.
+// GRU and RNN layers run through libpt2rt_kernels.so's pt2rt::rnn_layer (export_tools/recurrent.py), their input
+// projections (18 rows) through its pt2rt::linear (export_tools/linear.py): a package names that library like any
+// ops library, and the runtime finds it next to libpt2rt.so with nothing given.
 TEST(Runtime, RecurrentLayersRunThroughTheKernelsLibraryNextToTheRuntime) {
   const pt2rt::Runtime rt = pt2rt::Runtime::load(kPackages + "/recurrent.pt2");
   std::set<std::string> ops;
@@ -534,7 +535,7 @@ TEST(Runtime, RecurrentLayersRunThroughTheKernelsLibraryNextToTheRuntime) {
     ops.insert(op.name);
     EXPECT_EQ(op.library, "libpt2rt_kernels.so") << op.name;
   }
-  EXPECT_EQ(ops, (std::set<std::string>{"pt2rt::rnn_layer"}));
+  EXPECT_EQ(ops, (std::set<std::string>{"pt2rt::linear", "pt2rt::rnn_layer"}));
   ASSERT_EQ(rt.ops_libraries().size(), 1u);
   EXPECT_EQ(fs::path(rt.ops_libraries()[0]).parent_path(), fs::path(PT2RT_LIBRARY).parent_path());
   const pt2rt::VerifyReport report = rt.verify();  // batch 1, 4 and between: a dynamic batch through the kernels

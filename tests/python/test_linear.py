@@ -129,7 +129,7 @@ def test_every_thread_count_gives_the_same_bits(shape):
     ((torch.randn(2, 8), panels(torch.randn(5, 8)), None, 17, "none"), r"expected weight \[2, 8, 16\]"),
     ((torch.randn(2, 8), panels(torch.randn(5, 8)), torch.randn(4), 5, "none"), r"bias \[5\]"),
     ((torch.randn(2, 8), panels(torch.randn(5, 8)), None, 5, "tanh"), "unknown activation 'tanh'"),
-    ((torch.randn(2, 8), panels(torch.randn(5, 8)), None, 0, "none"), "expected x"),
+    ((torch.randn(2, 8), panels(torch.randn(5, 8)), None, 0, "none"), "expected out_features > 0, got 0"),
 ])
 def test_bad_arguments_are_named(args, message):
     with pytest.raises(RuntimeError, match=message):
