@@ -373,8 +373,8 @@ mutant("kernels: GELU's erf without its sign (erf(-x) = erf(x))", "runtime/kerne
        "    storev(p + i * L, y * half * (one + (x < splat(0.0f) ? -m : m)));",
        "    storev(p + i * L, y * half * (one + m));",
        pytest("tests/python/test_linear.py", "-k", "gelu_as_eager"))
-mutant("kernels: linear's threads split by panels from the second panel's columns", "runtime/kernels/pointwise.cpp",
-       "        part.weight += u0 * k * kLinearPanel;", "        part.weight += u0 * kLinearPanel;",
+mutant("kernels: linear's threads split by panels from the second panel's columns", "runtime/kernels/pointwise.h",
+       "    part.weight += u0 * whole.k * kLinearPanel;", "    part.weight += u0 * kLinearPanel;",
        pytest("tests/python/test_linear.py", "-k", "thread_count"))
 mutant("lite: linear reads a 3-d view's rows as if contiguous", "runtime/lite/ops.cpp",
        "    if (!strided_rows && !in.is_contiguous()) {", "    if (false) {",

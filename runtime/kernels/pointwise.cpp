@@ -90,11 +90,6 @@ at::Tensor pointwise_conv2d_cpu(const at::Tensor& x, const at::Tensor& weight, c
   return out;
 }
 
-// Threads split the columns, in whole panels, where each gets kLinearPanelsPerThread or more (half the weight each,
-// and no row tails); else the rows, in multiples of every tile's rows.
-constexpr int64_t kLinearPanelsPerThread = 4;
-constexpr int64_t kLinearRowsMultiple = 6;
-
 at::Tensor linear_cpu(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias_opt,
                       int64_t out_features, c10::string_view activation) {
   constexpr const char* op = "pt2rt::linear";
@@ -125,29 +120,9 @@ at::Tensor linear_cpu(const at::Tensor& x, const at::Tensor& weight, const std::
                          has_bias ? b.data_ptr<float>() : nullptr, out.data_ptr<float>(), out_features, rows,
                          out_features, act};
   const int64_t threads = rows * k * out_features >= 2 * kWorkPerPiece ? at::get_num_threads() : 1;
-  // pieces of whole panels, or of rows in multiples of 6, one per thread (lite cuts them the same way); each output
-  // is computed whole by one thread, in the same order at any thread count
-  const bool by_panels = panels >= kLinearPanelsPerThread * threads;
-  const int64_t units = by_panels ? panels : rows;
-  int64_t piece = (units + threads - 1) / threads;
-  if (!by_panels) piece = (piece + kLinearRowsMultiple - 1) / kLinearRowsMultiple * kLinearRowsMultiple;
-  at::parallel_for(0, (units + piece - 1) / piece, 1, [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      LinearRows part = whole;
-      const int64_t u0 = p * piece, u1 = std::min(units, u0 + piece);
-      if (by_panels) {
-        const int64_t c0 = u0 * kLinearPanel;
-        part.weight += u0 * k * kLinearPanel;
-        if (part.bias != nullptr) part.bias += c0;
-        part.out += c0;
-        part.cols = std::min(out_features, u1 * kLinearPanel) - c0;
-      } else {
-        part.in += u0 * whole.in_rs;
-        part.out += u0 * out_features;
-        part.rows = u1 - u0;
-      }
-      kernel(part);
-    }
+  const pt2rt::kernels::LinearPieces cut = pt2rt::kernels::linear_pieces(whole, threads);
+  at::parallel_for(0, cut.pieces, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) kernel(pt2rt::kernels::linear_piece(whole, cut, p));
   });
   return out;
 }

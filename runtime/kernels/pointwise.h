@@ -72,6 +72,38 @@ struct LinearRows {
   int32_t activation;
 };
 using LinearKernel = void (*)(const LinearRows& args);
+
+// How pt2rt::linear's callers (the torch op, lite) cut a call for `threads`: whole panels where each thread gets 4 or
+// more (half the weight each), else rows in multiples of 6 (every tile's rows); piece p of pieces. Each output is
+// computed whole by one piece, in the same order at any thread count.
+struct LinearPieces {
+  bool by_panels;
+  int64_t units, piece, pieces;
+};
+inline LinearPieces linear_pieces(const LinearRows& whole, int64_t threads) {
+  const int64_t panels = (whole.cols + kLinearPanel - 1) / kLinearPanel;
+  const bool by_panels = panels >= 4 * threads;
+  const int64_t units = by_panels ? panels : whole.rows;
+  int64_t piece = (units + threads - 1) / threads;
+  if (!by_panels) piece = (piece + 5) / 6 * 6;
+  return {by_panels, units, piece, (units + piece - 1) / piece};
+}
+inline LinearRows linear_piece(const LinearRows& whole, const LinearPieces& cut, int64_t p) {
+  LinearRows part = whole;
+  const int64_t u0 = p * cut.piece, u1 = u0 + cut.piece < cut.units ? u0 + cut.piece : cut.units;
+  if (cut.by_panels) {
+    const int64_t c0 = u0 * kLinearPanel;
+    part.weight += u0 * whole.k * kLinearPanel;
+    if (part.bias != nullptr) part.bias += c0;
+    part.out += c0;
+    part.cols = (whole.cols < u1 * kLinearPanel ? whole.cols : u1 * kLinearPanel) - c0;
+  } else {
+    part.in += u0 * whole.in_rs;
+    part.out += u0 * whole.out_rs;
+    part.rows = u1 - u0;
+  }
+  return part;
+}
 LinearKernel linear_baseline();
 LinearKernel linear_avx2();
 LinearKernel linear_avx512();

@@ -805,30 +805,10 @@ AOTITorchError pt2rt_lite_aoti_torch_cpu_linear(AtenTensorHandle x, AtenTensorHa
                              static_cast<const float*>(wk.data()), b != nullptr ? bv.data() : nullptr,
                              static_cast<float*>(out->data()), out_features, rows, out_features, act};
       const pt2rt::kernels::LinearKernel kernel = linear_fn();
-      // as libpt2rt_kernels' op splits it: whole panels per thread where each gets 4 or more, else rows in 6s
       const int64_t threads = rows * k * out_features >= 2 * kParallelWork ? omp_get_max_threads() : 1;
-      const bool by_panels = panels >= 4 * threads;
-      const int64_t units = by_panels ? panels : rows;
-      int64_t piece = (units + threads - 1) / threads;
-      if (!by_panels) piece = (piece + 5) / 6 * 6;
-      const int64_t pieces = (units + piece - 1) / piece;
-#pragma omp parallel for schedule(static) if (pieces > 1)
-      for (int64_t p = 0; p < pieces; ++p) {
-        pt2rt::kernels::LinearRows part = whole;
-        const int64_t u0 = p * piece, u1 = std::min(units, u0 + piece);
-        if (by_panels) {
-          const int64_t c0 = u0 * kLinearPanel;
-          part.weight += u0 * k * kLinearPanel;
-          if (part.bias != nullptr) part.bias += c0;
-          part.out += c0;
-          part.cols = std::min(out_features, u1 * kLinearPanel) - c0;
-        } else {
-          part.in += u0 * in_rs;
-          part.out += u0 * out_features;
-          part.rows = u1 - u0;
-        }
-        kernel(part);
-      }
+      const pt2rt::kernels::LinearPieces cut = pt2rt::kernels::linear_pieces(whole, threads);  // as the torch op
+#pragma omp parallel for schedule(static) if (cut.pieces > 1)
+      for (int64_t p = 0; p < cut.pieces; ++p) kernel(pt2rt::kernels::linear_piece(whole, cut, p));
     }
     *ret0 = as_handle(out.release());
   });
