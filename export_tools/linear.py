@@ -6,8 +6,9 @@ and the activation that follows alone - ReLU, ReLU6, hardswish, hardsigmoid, SiL
 erf) - to each tile in registers before it is stored. docs/export.md has the numbers.
 
 `fuse(ep)` rewrites each `aten.linear` of a CPU float32 graph whose weight is a parameter or constant of the model
-used by linear layers only (a weight also used elsewhere, e.g. tied to an embedding, would be stored twice), whose
-input has a static feature count and at most MAX_ROWS rows at the example's sizes. Where oneDNN packs a linear layer's weight in the native variant (an AVX-512
+used by rewritten linear layers only (a weight also used elsewhere, e.g. tied to an embedding or by a layer that stays
+ATen's, would be stored twice), whose input has a static feature count and either at most MAX_ROWS rows at the
+example's sizes or at most ONE_BLOCK_FEATURES features. Where oneDNN packs a linear layer's weight in the native variant (an AVX-512
 export machine, a static row count: export_tools.passes) that layer stays ATen's. Each output sums its products in
 input order, the same at any thread count; outputs differ from MKL's by rounding only. Without the kernels library
 the graph stays as it is, with a warning.
@@ -27,10 +28,14 @@ log = logging.getLogger("export_tools")
 
 OP = "pt2rt::linear"
 PANEL = 16  # runtime/kernels/pointwise.h's kLinearPanel
-# Layers of more rows (at the example's sizes) stay ATen's: there MKL's product, whose copy of the weight is then a
-# small part of it, was as fast or faster (AMD EPYC Zen 3, one thread: BERT-base's layers at 128 rows 0.96x MKL's
-# time in the model, at 1024 rows 1.07x; ViT-Tiny's at 197 rows 0.95x, at 1576 rows 1.01x).
+# Layers of more rows (at the example's sizes) and more features than the kernel takes in one block of the weight's
+# rows (256 on AVX2) stay ATen's: there MKL's product, whose copy of the weight is then a small part of it, was as fast
+# or faster (AMD EPYC Zen 3, one thread, per product: 1024 x 768 x 3072 and 1024 x 3072 x 768 1.04-1.08x MKL's time,
+# 1576 x 768 x 192 1.01-1.03x), while in one block each output is stored once and the kernel kept up with MKL at any
+# row count (1576 x 192 x 576 1.00x; ViT-Tiny at batch 8 with its 192-feature layers rewritten 0.98x / 0.98x on 1 / 2
+# threads).
 MAX_ROWS = 256
+ONE_BLOCK_FEATURES = 256
 # what follows alone, fused: convolutions' activations and exact GELU
 _ACTIVATIONS = {**convolutions.ACTIVATIONS, aten.gelu.default: "gelu", aten.gelu_.default: "gelu"}
 
@@ -64,13 +69,22 @@ def _fusable(ep: torch.export.ExportedProgram, node: torch.fx.Node) -> bool:
     if not isinstance(x, torch.fx.Node) or not isinstance(w, torch.fx.Node) or not convolutions.float_cpu(x, w, b):
         return False
     xv, wv = x.meta["val"], w.meta["val"]
+    # static sizes checked before comparing them (a comparison with a symbolic size would guard on it)
     if (wv.dim() != 2 or xv.dim() < 1 or not all(isinstance(d, int) for d in wv.shape) or wv.shape[0] == 0
-            or xv.shape[-1] != wv.shape[1] or not isinstance(xv.shape[-1], int)):
+            or not isinstance(xv.shape[-1], int) or xv.shape[-1] != wv.shape[1]):
         return False
     if b is not None and (b.meta["val"].dim() != 1 or b.meta["val"].shape[0] != wv.shape[0]):
         return False
-    return (_weight_constant(ep, w) and all(_args(u) is not None and _args(u)[1] is w for u in w.users)
-            and convolutions.example_numel(xv.shape[:-1]) <= MAX_ROWS and not _packed_by_onednn(x))
+    few_rows = convolutions.example_numel(xv.shape[:-1]) <= MAX_ROWS
+    return (_weight_constant(ep, w) and (few_rows or xv.shape[-1] <= ONE_BLOCK_FEATURES)
+            and not _packed_by_onednn(x))
+
+
+def _rewritable(ep: torch.export.ExportedProgram) -> list[torch.fx.Node]:
+    """The fusable layers whose weight no other node uses (a layer that stays ATen's included)."""
+    fusable = [n for n in ep.graph.nodes if _fusable(ep, n)]
+    chosen = set(fusable)
+    return [n for n in fusable if all(u in chosen and _args(u)[1] is _args(n)[1] for u in _args(n)[1].users)]
 
 
 def _activation(node: torch.fx.Node) -> tuple[torch.fx.Node | None, str]:
@@ -85,12 +99,13 @@ def _activation(node: torch.fx.Node) -> tuple[torch.fx.Node | None, str]:
     return act, _ACTIVATIONS[act.target]
 
 
-def _packed(graph: torch.fx.Graph, w: torch.fx.Node) -> torch.fx.Node:
-    """w [out, in] as panels [ceil(out / 16), in, 16] (folded into a constant by the compile's freezing)."""
+def _packed(graph: torch.fx.Graph, w: torch.fx.Node, first_use: torch.fx.Node) -> torch.fx.Node:
+    """w [out, in] as panels [ceil(out / 16), in, 16] (folded into a constant by the compile's freezing), computed
+    just before first_use (after every placeholder)."""
     out, k = w.meta["val"].shape
     panels = math.ceil(out / PANEL)
     call_fn = graph.call_function
-    with graph.inserting_after(w):
+    with graph.inserting_before(first_use):
         padded = call_fn(aten.constant_pad_nd.default, (w, [0, 0, 0, panels * PANEL - out], 0.0))
         with graph.inserting_after(padded):
             view = call_fn(aten.view.default, (padded, [panels, PANEL, k]))
@@ -103,7 +118,7 @@ def _packed(graph: torch.fx.Graph, w: torch.fx.Node) -> torch.fx.Node:
 
 def fuse(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
     """Rewrites ep's linear layers (in place) as described above; returns ep."""
-    calls = [n for n in ep.graph.nodes if _fusable(ep, n)]
+    calls = _rewritable(ep)
     if not calls:
         return ep
     if not recurrent.load_kernels() or not register():
@@ -116,7 +131,7 @@ def fuse(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
     for node in calls:
         x, w, b = _args(node)
         if w not in weights:
-            weights[w] = _packed(graph, w)
+            weights[w] = _packed(graph, w, node)
         act, name = _activation(node)
         last = act if act is not None else node
         with graph.inserting_before(last):

@@ -381,17 +381,27 @@ mutant("lite: linear reads a 3-d view's rows as if contiguous", "runtime/lite/op
        pytest("tests/python/test_lite.py", "-k", "matches_eager"))
 mutant("export: a linear layer whose weight is tied to an embedding rewritten (its weight stored twice)",
        "export_tools/linear.py",
-       "    return (_weight_constant(ep, w) and all(_args(u) is not None and _args(u)[1] is w for u in w.users)",
-       "    return (_weight_constant(ep, w)", pytest("tests/python/test_linear.py", "-k", "rewritten"))
+       "    return [n for n in fusable if all(u in chosen and _args(u)[1] is _args(n)[1] for u in _args(n)[1].users)]",
+       "    return fusable", pytest("tests/python/test_linear.py", "-k", "rewritten"))
+mutant("export: a weight laid out in panels where one of its layers stays ATen's (stored twice)",
+       "export_tools/linear.py", "    return [n for n in fusable if all(u in chosen and _args(u)[1] is _args(n)[1]",
+       "    return [n for n in fusable if all((_args(u) is not None) and _args(u)[1] is _args(n)[1]",
+       pytest("tests/python/test_linear.py", "-k", "stays_whole"))
+mutant("export: a weight's panels laid out among the graph's inputs", "export_tools/linear.py",
+       "    with graph.inserting_before(first_use):", "    with graph.inserting_after(w):",
+       pytest("tests/python/test_linear.py", "-k", "after_the_graphs_inputs"))
 mutant("export: tanh-approximated GELU fused as exact GELU", "export_tools/linear.py",
        '            "approximate", act.args[1] if len(act.args) > 1 else "none") != "none":',
        '            "approximate", act.args[1] if len(act.args) > 1 else "none") == "never":',
        pytest("tests/python/test_linear.py", "-k", "rewritten"))
 mutant("export: linear layers of any row count rewritten", "export_tools/linear.py",
-       "            and convolutions.example_numel(xv.shape[:-1]) <= MAX_ROWS and not _packed_by_onednn(x))",
-       "            and not _packed_by_onednn(x))", pytest("tests/python/test_linear.py", "-k", "many_rows"))
+       "    few_rows = convolutions.example_numel(xv.shape[:-1]) <= MAX_ROWS",
+       "    few_rows = True", pytest("tests/python/test_linear.py", "-k", "many_rows"))
+mutant("export: linear layers of many rows stay ATen's whatever their features", "export_tools/linear.py",
+       "(few_rows or xv.shape[-1] <= ONE_BLOCK_FEATURES)", "few_rows",
+       pytest("tests/python/test_linear.py", "-k", "many_rows"))
 mutant("export: static-row linear layers rewritten where oneDNN packs them", "export_tools/linear.py",
-       "<= MAX_ROWS and not _packed_by_onednn(x))", "<= MAX_ROWS)",
+       "            and not _packed_by_onednn(x))", "            )",
        pytest("tests/python/test_linear.py", "-k", "oneDNN_packs"))
 mutant("kernels: the product's rows of 4 done for the first strip of each panel only", "runtime/kernels/rnn_impl.h",
        "    for (int64_t j = 0; j < kPanel; j += kStrip) {", "    for (int64_t j = 0; j < kStrip; j += kStrip) {",

@@ -107,9 +107,11 @@ def test_non_finite_inputs_reach_the_outputs_they_reach_in_eager():
         torch.testing.assert_close(got[finite], expected[finite], rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("shape", [(197, 192, 576), (9, 256, 1000), (300, 64, 40)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("shape", [(197, 192, 576), (9, 256, 1000), (300, 64, 40), (600, 64, 160)],
+                         ids=lambda s: "x".join(map(str, s)))
 def test_every_thread_count_gives_the_same_bits(shape):
-    """Threads take whole panels of columns or rows; an output's sum runs in one order whatever piece it is in."""
+    """Threads take whole panels of columns or rows (few panels, or rows at least twice the columns); an output's sum
+    runs in one order whatever piece it is in."""
     x, w, b = layer(*shape, seed=4)
     threads = torch.get_num_threads()
     try:
@@ -196,13 +198,48 @@ def test_layers_oneDNN_packs_stay_atens(monkeypatch):
     assert calls(dynamic).count("pt2rt.linear.default") == 1
 
 
-def test_layers_of_many_rows_stay_atens():
-    """Past MAX_ROWS rows at the example's sizes MKL's product is as fast: those layers stay ATen's."""
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU()).eval()
+def test_layers_of_many_rows_and_features_stay_atens():
+    """Past MAX_ROWS rows at the example's sizes and ONE_BLOCK_FEATURES features MKL's product is as fast: those
+    layers stay ATen's; of fewer features they are the kernel's at any row count."""
     dims = {"input": {0: torch.export.Dim("batch", min=1, max=4096)}}
-    for rows, rewritten in ((linear.MAX_ROWS, 1), (linear.MAX_ROWS + 1, 0)):
-        ep = linear.fuse(torch.export.export(model, (torch.randn(rows, 8),), dynamic_shapes=dims, strict=False))
-        assert calls(ep).count("pt2rt.linear.default") == rewritten
+    deep, shallow = linear.ONE_BLOCK_FEATURES + 1, linear.ONE_BLOCK_FEATURES
+    for features, rows, rewritten in ((deep, linear.MAX_ROWS, 1), (deep, linear.MAX_ROWS + 1, 0),
+                                      (shallow, linear.MAX_ROWS + 1, 1), (shallow, 4 * linear.MAX_ROWS, 1)):
+        model = torch.nn.Sequential(torch.nn.Linear(features, 16), torch.nn.GELU()).eval()
+        ep = linear.fuse(torch.export.export(model, (torch.randn(rows, features),), dynamic_shapes=dims, strict=False))
+        assert calls(ep).count("pt2rt.linear.default") == rewritten, (features, rows)
+
+
+class SharedWeight(torch.nn.Module):
+    """One layer applied to few rows and to many deep ones."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(linear.ONE_BLOCK_FEATURES + 1, 8)
+
+    def forward(self, few, many):
+        return self.layer(few), self.layer(many)
+
+
+def test_a_weight_stays_whole_where_one_of_its_layers_stays_atens():
+    """A weight is laid out in panels only where every layer using it is rewritten: else it would be stored twice."""
+    model, k = SharedWeight().eval(), linear.ONE_BLOCK_FEATURES + 1
+    few, many = torch.randn(4, k), torch.randn(linear.MAX_ROWS + 1, k)
+    ep = linear.fuse(torch.export.export(model, (few, few), strict=False))
+    assert calls(ep).count("pt2rt.linear.default") == 2
+    ep = linear.fuse(torch.export.export(model, (few, many), strict=False))
+    assert calls(ep).count("pt2rt.linear.default") == 0 and calls(ep).count("aten.linear.default") == 2
+
+
+def test_panels_are_laid_out_after_the_graphs_inputs():
+    """The panels' nodes come before their first layer, after every placeholder (inputs first, as FX expects)."""
+    ep = linear.fuse(torch.export.export(Layers().eval(), (torch.randn(2, 7, 24), torch.randint(0, 10, (2, 7))),
+                                         strict=False))
+    ops = [n.op for n in ep.graph.nodes]
+    assert "placeholder" not in ops[ops.index("call_function"):]
+    first = next(n for n in ep.graph.nodes if str(n.target) == "pt2rt.linear.default")
+    pad = first.args[1].args[0].args[0].args[0]
+    assert pad.target is torch.ops.aten.constant_pad_nd.default and pad.next.next.next.next is first
 
 
 def test_the_kernel_of_every_isa_gives_the_same_answer():
