@@ -108,7 +108,8 @@ struct MklProduct {
   const Mkl* m;
   int64_t B, H, gates;
   const float *whh, *bhh;
-  std::vector<std::unique_ptr<float[]>> packed, bias;  // per group (packed not zeroed: MKL writes all of it)
+  std::vector<std::unique_ptr<pt2rt::kernels::AlignedFloats>> packed;  // per group (not zeroed: MKL writes all)
+  std::vector<std::unique_ptr<float[]>> bias;
 
   // about kMklGates gates per group, groups of equal units but the last (a multiple of 16) so that pieces balance
   static int64_t units_per_group(int64_t H, int64_t gates) {
@@ -143,12 +144,13 @@ struct MklProduct {
         }
       }
       const int b = static_cast<int>(self.B), k = static_cast<int>(self.H), cols = static_cast<int>(N);
-      packed.reset(new float[self.m->pack_get_size(kBMatrix, b, cols, k) / sizeof(float) + 1]);
-      self.m->pack(kRowMajor, kBMatrix, kNoTrans, b, cols, k, 1.0f, plain.get(), cols, packed.get());
+      packed = std::make_unique<pt2rt::kernels::AlignedFloats>(
+          static_cast<int64_t>(self.m->pack_get_size(kBMatrix, b, cols, k) / sizeof(float) + 1));
+      self.m->pack(kRowMajor, kBMatrix, kNoTrans, b, cols, k, 1.0f, plain.get(), cols, packed->data());
     }
     for (int64_t b = 0; b < self.B; ++b) std::memcpy(g + b * N, self.bias[group].get(), sizeof(float) * N);
     self.m->compute(kRowMajor, kNoTrans, kPacked, static_cast<int>(self.B), static_cast<int>(N),
-                    static_cast<int>(self.H), h, static_cast<int>(h_b), packed.get(), static_cast<int>(N), 1.0f, g,
+                    static_cast<int>(self.H), h, static_cast<int>(h_b), packed->data(), static_cast<int>(N), 1.0f, g,
                     static_cast<int>(N));
     self.m->set_num_threads_local(threads);
   }
@@ -236,13 +238,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> run_layer(const at::Tensor& gi_in
   const bool ints = std::max({out_b, s.B, s.H * Gp}) <= std::numeric_limits<int>::max();
   const Mkl* m = ints ? mkl_for(s.B, s.T, op_name(mode)) : nullptr;
   at::parallel_for(0, s.D, 1, [&](int64_t d0, int64_t d1) {
-    std::vector<float> scratch(static_cast<size_t>(s.B * (Gp + s.H)));
+    const pt2rt::kernels::AlignedFloats scratch(s.B * (Gp + s.H));
     for (int64_t d = d0; d < d1; ++d) {
       const int64_t gates = mode == RnnMode::Gru ? 3 : mode == RnnMode::Lstm ? 4 : 1;
       const int64_t per = MklProduct::units_per_group(s.H, gates);
       const size_t groups = static_cast<size_t>((s.H + per - 1) / per);
       MklProduct product{m, s.B, s.H, gates, whh_t[d].data_ptr<float>(), bhh[d].data_ptr<float>(),
-                         std::vector<std::unique_ptr<float[]>>(groups), std::vector<std::unique_ptr<float[]>>(groups)};
+                         std::vector<std::unique_ptr<pt2rt::kernels::AlignedFloats>>(groups),
+                         std::vector<std::unique_ptr<float[]>>(groups)};
       const pt2rt::kernels::RnnProduct by_mkl{&product, &MklProduct::run, per};
       steps(mode, s.T, s.B, s.H, gi.data_ptr<float>() + d * s.G, gi_t, gi_b, whh_t[d].data_ptr<float>(),
             bhh[d].data_ptr<float>(), h0[d].data_ptr<float>(), c0_in ? c0[d].data_ptr<float>() : nullptr,

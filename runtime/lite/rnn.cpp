@@ -111,7 +111,7 @@ void run_layer(RnnMode mode, const ShimTensor& gi_t, const ShimTensor& h0_t, con
     const int64_t parts = D == 1 && !omp_in_parallel() ? omp_get_max_threads() : 1;
 #pragma omp parallel for schedule(static) if (D > 1)
     for (int64_t d = 0; d < D; ++d) {
-      std::vector<float> scratch(static_cast<std::size_t>(B * (Gp + H)));
+      const pt2rt::kernels::AlignedFloats scratch(B * (Gp + H));
       steps(mode, T, B, H, gi.data + d * G, gi_s, gi_b, whh[d].data, bhh[d].data, h0.data + d * B * H,
             c0_t ? c0.data + d * B * H : nullptr, o + d * H, out_s, out_b, d == 1, h + d * B * H,
             c0_t ? c + d * B * H : nullptr, scratch.data(), &omp_parallel, parts, nullptr);

@@ -140,6 +140,18 @@ TEST_P(SplitSteps, ACallersProductSplitsTheSameWay) {
   }
 }
 
+// The scratch the callers give rnn_steps: on whole lines (a split step's pieces write side by side in it), every
+// float of it usable
+TEST(AlignedFloats, StartsOnALineAndHoldsWhatWasAsked) {
+  for (const int64_t n : {0, 1, 15, 16, 17, 1000, 8 * (1024 + 256)}) {
+    const pt2rt::kernels::AlignedFloats a(n), b(n);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(a.data()) % 64, 0u) << n;
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(b.data()) % 64, 0u) << n;
+    for (int64_t i = 0; i < n; ++i) a.data()[i] = static_cast<float>(i);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(a.data()[i], static_cast<float>(i)) << n;
+  }
+}
+
 std::string mode_name(const ::testing::TestParamInfo<RnnMode>& info) {
   static const char* const names[] = {"Gru", "Tanh", "Relu", "Lstm"};
   return names[static_cast<int>(info.param)];
