@@ -373,6 +373,10 @@ mutant("kernels: GELU's erf without its sign (erf(-x) = erf(x))", "runtime/kerne
        "    storev(p + i * L, y * half * (one + (x < splat(0.0f) ? -m : m)));",
        "    storev(p + i * L, y * half * (one + m));",
        pytest("tests/python/test_linear.py", "-k", "gelu_as_eager"))
+mutant("kernels: linear's one- or two-row calls leave their last panel", "runtime/kernels/pointwise_impl.h",
+       "  for (; q < panels; ++q) lin_few_tile<R, 1>(a, q, act);",
+       "  for (; q + 1 < panels; ++q) lin_few_tile<R, 1>(a, q, act);",
+       pytest("tests/python/test_linear.py", "-k", "input_order"))
 mutant("kernels: linear's threads split by panels from the second panel's columns", "runtime/kernels/pointwise.h",
        "    part.weight += u0 * whole.k * kLinearPanel;", "    part.weight += u0 * kLinearPanel;",
        pytest("tests/python/test_linear.py", "-k", "thread_count"))

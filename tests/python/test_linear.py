@@ -53,13 +53,14 @@ def test_the_kernel_gives_the_products_and_eagers_activations(shape):
 def test_sums_in_input_order_as_the_pointwise_kernel():
     """Blocks of the weight's rows continue each output's sum where the block before left it: the same bits as the
     pointwise kernel's single pass (the same tiles' arithmetic), activation included."""
-    x, w, b = layer(31, 777, 40, seed=1)
-    cols = -(-40 // 16) * 16
-    flat = F.pad(w.t(), (0, cols - 40)).contiguous()
-    for name in ("none", "gelu", "relu"):
-        got = torch.ops.pt2rt.linear(x, panels(w), b, 40, name)
-        expected = torch.ops.pt2rt.pointwise_conv2d(x.view(31, 777, 1, 1), flat, b, 40, name).view(31, 40)
-        assert torch.equal(got, expected), name
+    for rows, out in ((31, 40), (1, 200), (2, 200)):  # one or two rows: tiles across several panels
+        x, w, b = layer(rows, 777, out, seed=1)
+        cols = -(-out // 16) * 16
+        flat = F.pad(w.t(), (0, cols - out)).contiguous()
+        for name in ("none", "gelu", "relu"):
+            got = torch.ops.pt2rt.linear(x, panels(w), b, out, name)
+            expected = torch.ops.pt2rt.pointwise_conv2d(x.view(rows, 777, 1, 1), flat, b, out, name).view(rows, out)
+            assert torch.equal(got, expected), (rows, name)
 
 
 def test_inputs_of_any_layout_and_rank():
