@@ -284,6 +284,16 @@ inline vf pw_load_part(const float* p, int64_t n) {
   return loadv(part);
 }
 
+// a finished linear tile's activation, through its copy in L1 and the out-of-line loop (once per tile)
+template <int R, int V>
+inline void lin_activate(vf (&acc)[R][V], const PwActivation& act) {
+  if (!act.any) return;
+  alignas(64) float tile[R * V * L];
+  for (int n = 0; n < R * V; ++n) storev(tile + n * L, acc[n / V][n % V]);
+  pw_activate_vectors(tile, R * V, act);
+  for (int n = 0; n < R * V; ++n) acc[n / V][n % V] = loadv(tile + n * L);
+}
+
 struct LinBlock {
   int64_t k0, k1;  // x's columns (the weight's rows) of this block
   const vf* init;  // the bias' vectors from the tile's first column, for the block of k0 = 0
@@ -307,12 +317,7 @@ inline void lin_tile(const pt2rt::kernels::LinearRows& a, int64_t r0, int64_t c0
   const float* b = a.weight + c0 / kLinPanel * a.k * kLinPanel + c0 % kLinPanel + blk.k0 * kLinPanel;
   pw_sums<R, V>(acc, a.in + r0 * a.in_rs + blk.k0, a.in_rs, b, kLinPanel, L == kLinPanel ? a.k * kLinPanel : L,
                 blk.k1 - blk.k0);
-  if (blk.k1 == a.k && blk.act.any) {
-    alignas(64) float tile[R * V * L];
-    for (int n = 0; n < R * V; ++n) storev(tile + n * L, acc[n / V][n % V]);
-    pw_activate_vectors(tile, R * V, blk.act);
-    for (int n = 0; n < R * V; ++n) acc[n / V][n % V] = loadv(tile + n * L);
-  }
+  if (blk.k1 == a.k) lin_activate<R, V>(acc, blk.act);
   pw_store_tile<R, V>(acc, out, a.out_rs, left);
 }
 
@@ -404,12 +409,7 @@ inline void lin_few_tile(const pt2rt::kernels::LinearRows& a, int64_t q0, const 
       for (int v = 0; v < V; ++v) acc[i][v] += xi * bv[v];
     }
   }
-  if (act.any) {
-    alignas(64) float tile[R * V * L];
-    for (int n = 0; n < R * V; ++n) storev(tile + n * L, acc[n / V][n % V]);
-    pw_activate_vectors(tile, R * V, act);
-    for (int n = 0; n < R * V; ++n) acc[n / V][n % V] = loadv(tile + n * L);
-  }
+  lin_activate<R, V>(acc, act);
   pw_store_tile<R, V>(acc, a.out + q0 * kLinPanel, a.out_rs, a.cols - q0 * kLinPanel);
 }
 
