@@ -173,7 +173,7 @@ def _export_checked(model: torch.nn.Module, inputs: list[torch.Tensor], plan: _P
             ep = convolutions.fuse(recurrent.fuse(ep), winograd=plan.optimize == "fold")
             ep = attention.fuse(ep)
             if plan.optimize == "fold":  # the weights' panels laid out once, not on every call
-                ep = linear.fuse(ep)
+                ep = linear.fuse(ep, plan.variants)
         used = _custom_calls(ep)
         lite_ops = _lite.refuse_unrunnable(used, ep) if plan.lite else {}
         spec = _spec(ep, path, device, dims, used, plan.metadata, len(expected))

@@ -8,8 +8,9 @@ erf) - to each tile in registers before it is stored. docs/export.md has the num
 `fuse(ep)` rewrites each `aten.linear` of a CPU float32 graph whose weight is a parameter or constant of the model
 used by rewritten linear layers only (a weight also used elsewhere, e.g. tied to an embedding or by a layer that stays
 ATen's, would be stored twice), whose input has a static feature count and either at most MAX_ROWS rows at the
-example's sizes or at most ONE_BLOCK_FEATURES features. Where oneDNN packs a linear layer's weight in the native variant (an AVX-512
-export machine, a static row count: export_tools.passes) that layer stays ATen's. Each output sums its products in
+example's sizes or at most ONE_BLOCK_FEATURES features. Where oneDNN packs a linear layer's weight in one of the
+package's variants (the native or avx512 one on an AVX-512 export machine, a static row count: export_tools.passes)
+that layer stays ATen's; a package of portable variants or lite alone (no oneDNN) has them all rewritten. Each output sums its products in
 input order, the same at any thread count; outputs differ from MKL's by rounding only. Without the kernels library
 the graph stays as it is, with a warning.
 """
@@ -21,7 +22,7 @@ import math
 
 import torch
 
-from . import convolutions, passes, recurrent
+from . import convolutions, cpu, passes, recurrent
 
 aten = torch.ops.aten
 log = logging.getLogger("export_tools")
@@ -54,14 +55,19 @@ def _args(node: torch.fx.Node) -> tuple | None:
     return x, w, b
 
 
-def _packed_by_onednn(x: torch.fx.Node) -> bool:
-    """oneDNN packs this layer's weight in the native variant: an AVX-512 machine and a static row count."""
-    rows = x.meta["val"].shape[:-1]
-    return (passes.onednn_class() == "avx512" and torch.backends.mkldnn.is_available()
-            and all(isinstance(d, int) for d in rows))
+def onednn_packs(variants: list[str] | None = None) -> bool:
+    """Whether a CPU compile of `variants` (names; None: the native one) packs static-row linear layers for oneDNN's
+    AVX-512 code (passes.packing_class): there oneDNN's packed product was 1.04-1.3x faster than the kernel's (AMD
+    EPYC Zen 4, docs/export.md)."""
+    return any(passes.packing_class_of(name) == "avx512" for name in (variants or [cpu.NATIVE]))
 
 
-def _fusable(ep: torch.export.ExportedProgram, node: torch.fx.Node) -> bool:
+def _packed_by_onednn(x: torch.fx.Node, onednn: bool) -> bool:
+    """oneDNN packs this layer's weight: a variant that packs for AVX-512 and a static row count."""
+    return onednn and all(isinstance(d, int) for d in x.meta["val"].shape[:-1])
+
+
+def _fusable(ep: torch.export.ExportedProgram, node: torch.fx.Node, onednn: bool) -> bool:
     args = _args(node)
     if args is None:
         return False
@@ -77,12 +83,12 @@ def _fusable(ep: torch.export.ExportedProgram, node: torch.fx.Node) -> bool:
         return False
     few_rows = convolutions.example_numel(xv.shape[:-1]) <= MAX_ROWS
     return (_weight_constant(ep, w) and (few_rows or xv.shape[-1] <= ONE_BLOCK_FEATURES)
-            and not _packed_by_onednn(x))
+            and not _packed_by_onednn(x, onednn))
 
 
-def _rewritable(ep: torch.export.ExportedProgram) -> list[torch.fx.Node]:
+def _rewritable(ep: torch.export.ExportedProgram, onednn: bool) -> list[torch.fx.Node]:
     """The fusable layers whose weight no other node uses (a layer that stays ATen's included)."""
-    fusable = [n for n in ep.graph.nodes if _fusable(ep, n)]
+    fusable = [n for n in ep.graph.nodes if _fusable(ep, n, onednn)]
     chosen = set(fusable)
     return [n for n in fusable if all(u in chosen and _args(u)[1] is _args(n)[1] for u in _args(n)[1].users)]
 
@@ -116,9 +122,10 @@ def _packed(graph: torch.fx.Graph, w: torch.fx.Node, first_use: torch.fx.Node) -
     return packed
 
 
-def fuse(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
-    """Rewrites ep's linear layers (in place) as described above; returns ep."""
-    calls = _rewritable(ep)
+def fuse(ep: torch.export.ExportedProgram, variants: list[str] | None = None) -> torch.export.ExportedProgram:
+    """Rewrites ep's linear layers (in place) as described above for a package of the CPU variants `variants`
+    (None: the native one); returns ep."""
+    calls = _rewritable(ep, onednn_packs(variants))
     if not calls:
         return ep
     if not recurrent.load_kernels() or not register():

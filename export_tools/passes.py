@@ -325,13 +325,20 @@ def onednn_class(features: frozenset[str] | None = None) -> str | None:
 def packing_class(variant: Any) -> str | None:
     """The oneDNN class `variant`'s CPU compile (None: none) packs weights for, or None where it packs none (the
     module's docstring): the native variant on an AVX2 or AVX-512 machine, the avx512 one on an AVX-512 machine."""
+    if variant is None or variant.arch != "x86_64":
+        return None
+    return packing_class_of(variant.name)
+
+
+def packing_class_of(name: str) -> str | None:
+    """packing_class of the variant named `name` compiled on this machine, before it is compiled."""
     from . import cpu
 
-    if (variant is None or variant.arch != "x86_64" or not torch.backends.mkldnn.is_available()
+    if ((cpu.arch_of(name) or cpu.host_arch()) != "x86_64" or not torch.backends.mkldnn.is_available()
             or any(os.environ.get(k) for k in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"))):
         return None
     cls = onednn_class()
-    if variant.name == cpu.NATIVE or (variant.name == "avx512" and cls == "avx512"):
+    if name == cpu.NATIVE or (name == "avx512" and cls == "avx512"):
         return cls
     return None
 

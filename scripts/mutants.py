@@ -245,8 +245,8 @@ mutant("export compat: a package older than the range loads", "export_tools/comp
        "    if made < OLDEST:", "    if False:",
        pytest("tests/python/test_compat.py", "-k", "loads_under_its_torch"))
 mutant("export: weights packed in the portable AVX2 variant too", "export_tools/passes.py",
-       '    if variant.name == cpu.NATIVE or (variant.name == "avx512" and cls == "avx512"):',
-       '    if variant.name in (cpu.NATIVE, "avx2") or (variant.name == "avx512" and cls == "avx512"):',
+       '    if name == cpu.NATIVE or (name == "avx512" and cls == "avx512"):',
+       '    if name in (cpu.NATIVE, "avx2") or (name == "avx512" and cls == "avx512"):',
        pytest("tests/python/test_export.py", "-k", "packed_only_in_variants"))
 mutant("export: linear layers packed on AVX2 (slower than MKL there)", "export_tools/passes.py",
        '"_is_packable_linear": lambda match, cls: cls == "avx512" and _packed_linear(match),',
@@ -405,7 +405,11 @@ mutant("export: linear layers of many rows stay ATen's whatever their features",
        "(few_rows or xv.shape[-1] <= ONE_BLOCK_FEATURES)", "few_rows",
        pytest("tests/python/test_linear.py", "-k", "many_rows"))
 mutant("export: static-row linear layers rewritten where oneDNN packs them", "export_tools/linear.py",
-       "            and not _packed_by_onednn(x))", "            )",
+       "            and not _packed_by_onednn(x, onednn))", "            )",
+       pytest("tests/python/test_linear.py", "-k", "oneDNN_packs"))
+mutant("export: a package of portable variants leaves static-row linear layers to oneDNN", "export_tools/linear.py",
+       "    return any(passes.packing_class_of(name) == \"avx512\" for name in (variants or [cpu.NATIVE]))",
+       "    return passes.onednn_class() == \"avx512\"",
        pytest("tests/python/test_linear.py", "-k", "oneDNN_packs"))
 mutant("kernels: the product's rows of 4 done for the first strip of each panel only", "runtime/kernels/rnn_impl.h",
        "    for (int64_t j = 0; j < kPanel; j += kStrip) {", "    for (int64_t j = 0; j < kStrip; j += kStrip) {",

@@ -78,7 +78,8 @@ __attribute__((noinline)) inline void pw_logistic(float* p, int64_t n, bool time
 
 // GELU on n vectors at p, in place, as eager's CPU kernel computes it: y * 0.5 * (1 + erf(y / sqrt(2))) with
 // erf(x) = sign(x) (1 - t (a1 + t (a2 + t (a3 + t (a4 + t a5)))) e^-x^2), t = 1 / (1 + 0.3275911 |x|)
-// (Abramowitz and Stegun 7.1.26). NaN gives NaN, +inf inf, -inf NaN (-inf * 0), as eager.
+// (Abramowitz and Stegun 7.1.26). NaN gives NaN, +inf inf, -inf NaN (-inf * 0), as eager in float64 and ATen's
+// float32 (eager's float32 goes through oneDNN, whose AVX-512 code gives NaN at +inf).
 __attribute__((noinline)) inline void pw_gelu(float* p, int64_t n) {
   const vf one = splat(1.0f), half = splat(0.5f);
   for (int64_t i = 0; i < n; ++i) {
