@@ -12,14 +12,16 @@ F = torch.nn.functional
 # inputs past one block of the weight's rows (256: two and three blocks), a single row, column or feature
 SHAPES = [(197, 192, 576), (13, 300, 33), (7, 600, 70), (1, 512, 1000), (5, 3, 17), (1, 1, 1), (25, 40, 130),
           (100, 257, 64)]
-ACTIVATIONS = {"none": lambda y: y, "relu": F.relu, "relu6": F.relu6, "hardswish": F.hardswish,
-               "hardsigmoid": F.hardsigmoid, "silu": F.silu, "sigmoid": torch.sigmoid, "gelu": lambda y: gelu(y)}
 
 
 def gelu(y):
     """Eager's exact GELU in float64: float32's goes through oneDNN, whose AVX-512 code is within 1.2e-6 (ours 4.5e-7)
     and gives NaN at +inf (its AVX2 code, ATen's and float64's: +inf)."""
     return F.gelu(y.double()).to(y.dtype)
+
+
+ACTIVATIONS = {"none": lambda y: y, "relu": F.relu, "relu6": F.relu6, "hardswish": F.hardswish,
+               "hardsigmoid": F.hardsigmoid, "silu": F.silu, "sigmoid": torch.sigmoid, "gelu": gelu}
 
 
 @pytest.fixture(scope="module", autouse=True)
